@@ -1,0 +1,6 @@
+"""Small shared types every layer uses: errors, measurements, the run record."""
+
+from dtpo.core.errors import ConfigError, DtpoError, LaunchError
+from dtpo.core.measurement import Measurement
+
+__all__ = ["ConfigError", "DtpoError", "LaunchError", "Measurement"]

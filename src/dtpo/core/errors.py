@@ -1,0 +1,25 @@
+"""Errors a user can cause.
+
+Each ends the command with one clear line on stderr and exit code 2 (the CLI catches :class:`DtpoError`).
+Errors in dtpo's own code are ordinary exceptions and keep their traceback.
+"""
+
+from __future__ import annotations
+
+
+class DtpoError(Exception):
+    """A problem the user can fix: bad input, missing file, unreachable peer.
+
+    Attributes:
+        exit_code: Process exit code the CLI uses for this error.
+    """
+
+    exit_code: int = 2
+
+
+class ConfigError(DtpoError, ValueError):
+    """An invalid configuration value (a flag, a Session argument)."""
+
+
+class LaunchError(DtpoError):
+    """The launcher could not start or join a run (rendezvous, script, workers)."""

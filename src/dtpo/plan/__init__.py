@@ -1,0 +1,1 @@
+"""Planning: the hardware catalogue (and, later, calibrated compute, communication and power models)."""

@@ -1,0 +1,72 @@
+"""Peak dense throughput of accelerators, from vendors' datasheets.
+
+Figures are dense (no structured sparsity) tensor-core peaks in FLOP/s. Used as the denominator of MFU on
+GPUs; on CPUs dtpo measures the peak instead (see :mod:`dtpo.session.mfu`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+TERA = 1e12
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """Datasheet figures of one GPU model.
+
+    Attributes:
+        name: Marketing name.
+        match: Lower-case substrings that identify it in ``torch.cuda.get_device_name()`` (all must occur).
+        fp32: Peak FP32 FLOP/s without TF32.
+        tf32: Peak TF32 tensor FLOP/s (dense), if the GPU has TF32.
+        bf16: Peak BF16 tensor FLOP/s (dense), if supported.
+        fp16: Peak FP16 tensor FLOP/s (dense).
+        tdp_w: Maximum board power (W).
+    """
+
+    name: str
+    match: tuple[str, ...]
+    fp32: float
+    tf32: float | None
+    bf16: float | None
+    fp16: float
+    tdp_w: float
+
+
+# More specific entries first: the first whose substrings all occur wins.
+GPUS: tuple[GpuSpec, ...] = (
+    GpuSpec("NVIDIA H200", ("h200",), 66.9 * TERA, 494.7 * TERA, 989.4 * TERA, 989.4 * TERA, 700),
+    GpuSpec("NVIDIA H100 PCIe", ("h100", "pcie"), 51.2 * TERA, 378.0 * TERA, 756.5 * TERA, 756.5 * TERA, 350),
+    GpuSpec("NVIDIA H100 NVL", ("h100", "nvl"), 60.0 * TERA, 417.5 * TERA, 835.0 * TERA, 835.0 * TERA, 400),
+    GpuSpec("NVIDIA H100 SXM", ("h100",), 66.9 * TERA, 494.7 * TERA, 989.4 * TERA, 989.4 * TERA, 700),
+    GpuSpec("NVIDIA A100", ("a100",), 19.5 * TERA, 156.0 * TERA, 312.0 * TERA, 312.0 * TERA, 400),
+    GpuSpec("NVIDIA L40S", ("l40s",), 91.6 * TERA, 183.0 * TERA, 362.0 * TERA, 362.0 * TERA, 350),
+    GpuSpec("NVIDIA A40", ("a40",), 37.4 * TERA, 74.8 * TERA, 149.7 * TERA, 149.7 * TERA, 300),
+    GpuSpec("NVIDIA A10", ("a10",), 31.2 * TERA, 62.5 * TERA, 125.0 * TERA, 125.0 * TERA, 150),
+    GpuSpec("NVIDIA L4", ("l4",), 30.3 * TERA, 60.0 * TERA, 121.0 * TERA, 121.0 * TERA, 72),
+    GpuSpec("NVIDIA V100", ("v100",), 15.7 * TERA, None, None, 125.0 * TERA, 300),
+    GpuSpec("NVIDIA T4", ("t4",), 8.1 * TERA, None, None, 65.0 * TERA, 70),
+    GpuSpec("AMD Instinct MI300X", ("mi300x",), 163.4 * TERA, 653.7 * TERA, 1307.4 * TERA, 1307.4 * TERA, 750),
+    GpuSpec("AMD Instinct MI250X", ("mi250x",), 95.7 * TERA, None, 383.0 * TERA, 383.0 * TERA, 560),
+)
+
+
+def find_gpu(device_name: str) -> GpuSpec | None:
+    """The catalogue entry for a device name as CUDA reports it, or ``None`` if unknown."""
+    lowered = device_name.lower()
+    for spec in GPUS:
+        if all(part in lowered for part in spec.match):
+            return spec
+    return None
+
+
+def gpu_peak_flops(spec: GpuSpec, dtype: str, allow_tf32: bool = False) -> float | None:
+    """Peak FLOP/s of a GPU for matmuls in ``dtype`` (``"float32"``, ``"bfloat16"``, ``"float16"``)."""
+    if dtype == "bfloat16":
+        return spec.bf16
+    if dtype == "float16":
+        return spec.fp16
+    if allow_tf32 and spec.tf32:
+        return spec.tf32
+    return spec.fp32

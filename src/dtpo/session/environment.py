@@ -1,0 +1,42 @@
+"""What a run ran on: software versions, processor, device, world layout."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+
+from dtpo.dist.process_group import DistContext
+from dtpo.session.mfu import cpu_model
+
+
+def describe_device(device: torch.device) -> str:
+    """A readable device name, e.g. ``"cpu"`` or ``"cuda:0 (NVIDIA H100 80GB HBM3)"``."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return str(device)
+
+
+def environment(ctx: DistContext) -> dict[str, Any]:
+    """The run's environment as seen from this rank."""
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": describe_device(ctx.device),
+        "backend": ctx.backend,
+        "world_size": ctx.world_size,
+        "local_world_size": ctx.local_world_size,
+        "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)) if ctx.distributed else 1,
+        "launcher": "dtpo launch" if os.environ.get("DTPO_LAUNCHED") else (
+            "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python"),
+    }
+    if ctx.device.type == "cuda":
+        env["cuda"] = torch.version.cuda
+    return env

@@ -1,0 +1,69 @@
+"""Numeric precision: autocast for the forward pass and a gradient scaler for float16."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_map
+
+PRECISIONS: tuple[str, ...] = ("32-true", "bf16-mixed", "16-mixed")
+_AUTOCAST_DTYPE = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+
+
+class Precision:
+    """One of :data:`PRECISIONS` applied on one device.
+
+    Args:
+        name: The precision's name.
+        device: The device the model runs on.
+    """
+
+    def __init__(self, name: str, device: torch.device) -> None:
+        if name not in PRECISIONS:
+            raise ValueError(f"unknown precision {name!r}")
+        self.name = name
+        self.device = device
+        self.autocast_dtype = _AUTOCAST_DTYPE.get(name)
+        # float16's narrow range underflows small gradients; bfloat16 has float32's range and needs no scaler.
+        self.scaler = torch.amp.GradScaler(device.type) if name == "16-mixed" else None
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype matrix multiplications run in."""
+        return self.autocast_dtype or torch.float32
+
+    @contextlib.contextmanager
+    def forward_context(self) -> Iterator[None]:
+        """Autocast around a forward pass (nothing for ``32-true``)."""
+        if self.autocast_dtype is None:
+            yield
+            return
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype):
+            yield
+
+    def to_float32(self, output: Any) -> Any:
+        """Cast floating tensors in a forward's output back to float32, so losses are computed in float32."""
+        if self.autocast_dtype is None:
+            return output
+        return tree_map(lambda t: t.float() if isinstance(t, torch.Tensor) and t.is_floating_point() else t,
+                        output)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward, through the gradient scaler when there is one."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring gradients back to their true scale (before clipping)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """``optimizer.step()``, skipped by the scaler when gradients overflowed."""
+        if self.scaler is None:
+            optimizer.step()
+            return
+        self.scaler.step(optimizer)
+        self.scaler.update()

@@ -1,0 +1,1 @@
+"""What people and dashboards read: the summary table, progress display (and later Prometheus, reports)."""
