@@ -180,3 +180,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def load_partial_records(run_dir: str | os.PathLike[str]) -> list[RunRecord]:
+    """The per-rank partial records a run left in ``RUN_DIR/ranks/``, ordered by rank (unreadable ones skipped)."""
+    found = []
+    for path in sorted((Path(run_dir) / RANK_DIR).glob("rank*.json")):
+        try:
+            found.append(RunRecord.from_dict(json.loads(path.read_text())))
+        except (OSError, json.JSONDecodeError, DtpoError, TypeError, KeyError):
+            continue
+    return found

@@ -14,11 +14,13 @@ Two things need every rank's steps at once, so they are done here rather than on
 
 from __future__ import annotations
 
+import datetime as _dt
+import os
 import statistics
 from typing import Any
 
 from dtpo.core.measurement import Measurement
-from dtpo.core.record import RankRecord, RunRecord, StepRecord
+from dtpo.core.record import RankRecord, RunRecord, StepRecord, load_partial_records
 
 BREAKDOWN_PARTS = ("data_wait_s", "compute_s", "comm_exposed_s", "sync_wait_s", "optimizer_s")
 
@@ -112,3 +114,21 @@ def _mfu(ranks: list[RankRecord], per_rank: list[list[StepRecord]], walls: list[
         values.append(rank.flops_per_step * len(steps) / wall / peak["value"])
         sources.add(peak.get("note", ""))
     return Measurement(statistics.fmean(values), "fraction", "derived", "; ".join(sorted(s for s in sources if s)))
+
+
+def record_from_partials(run_dir: str | os.PathLike[str], status: str, error: str | None) -> RunRecord | None:
+    """Assemble a run record from the partial records the ranks of this node left behind.
+
+    Used when a run did not end with rank 0 writing ``record.json`` (a worker crashed or was killed), so
+    that what was measured is not lost.
+    """
+    partials = load_partial_records(run_dir)
+    if not partials:
+        return None
+    first = partials[0]
+    record = RunRecord(first.run_id, status, first.started_at,
+                       finished_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                       config=first.config, environment=first.environment,
+                       ranks=sorted((p.ranks[0] for p in partials if p.ranks), key=lambda r: r.rank),
+                       error=error or next((p.error for p in partials if p.error), None))
+    return finalize(record)

@@ -1,0 +1,5 @@
+"""``python -m dtpo`` is the ``dtpo`` command."""
+
+from dtpo.cli.app import main
+
+main()

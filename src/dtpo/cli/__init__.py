@@ -1,0 +1,1 @@
+"""The ``dtpo`` command line."""

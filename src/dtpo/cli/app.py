@@ -1,0 +1,51 @@
+"""The ``dtpo`` command: launch, train, bench.
+
+Errors a user can cause end in one line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import typer
+
+from dtpo.cli.bench import bench_command
+from dtpo.cli.launch import HELP as LAUNCH_HELP
+from dtpo.cli.launch import launch_command
+from dtpo.cli.train import train_command
+from dtpo.core.errors import DtpoError
+
+app = typer.Typer(name="dtpo", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Distributed Training Power Optimization: scale out, measure every worker, "
+                  "optimise throughput per watt.")
+app.command("launch", help=LAUNCH_HELP, add_help_option=False,
+            context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(launch_command)
+app.command("train")(train_command)
+app.command("bench")(bench_command)
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return lines[0] if lines else "error"
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point."""
+    try:
+        result = app(args=argv, prog_name="dtpo", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.ClickException as exc:
+        print(f"dtpo: error: {_one_line(exc.format_message())}", file=sys.stderr)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        print("dtpo: aborted", file=sys.stderr)
+        sys.exit(130)
+    except DtpoError as exc:
+        print(f"dtpo: error: {_one_line(str(exc))}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("dtpo: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,50 @@
+"""Shared test helpers: run a function on several ranks of a real gloo process group."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.multiprocessing as mp
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rank_main(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple[Any, ...]) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
+    import torch
+
+    torch.set_num_threads(1)
+    fn(rank, world_size, *args)
+
+
+def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes that form one world.
+
+    ``fn`` must live at module level of a test module so the children can import it.
+    """
+    mp.spawn(_rank_main, args=(fn, world_size, free_port(), args), nprocs=world_size, join=True)
+
+
+def dtpo_cli(*args: str) -> list[str]:
+    """The command line of the ``dtpo`` console script in this interpreter."""
+    return [sys.executable, "-m", "dtpo", *args]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep measured CPU peaks in a per-session folder instead of the user's cache."""
+    monkeypatch.setenv("DTPO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
