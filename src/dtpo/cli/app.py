@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
+from typer.exceptions import TyperException
 
 from dtpo.cli.bench import bench_command
 from dtpo.cli.launch import HELP as LAUNCH_HELP
@@ -34,12 +34,12 @@ def main(argv: list[str] | None = None) -> None:
     """Console-script entry point."""
     try:
         result = app(args=argv, prog_name="dtpo", standalone_mode=False)
-    except click.exceptions.Exit as exc:
+    except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.ClickException as exc:
+    except TyperException as exc:  # usage errors: unknown option, bad value, missing argument
         print(f"dtpo: error: {_one_line(exc.format_message())}", file=sys.stderr)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except typer.Abort:
         print("dtpo: aborted", file=sys.stderr)
         sys.exit(130)
     except DtpoError as exc:
