@@ -8,7 +8,8 @@ from dtpo.core.record import RankRecord, StepRecord
 from dtpo.core.totals import compute_totals, split_tail
 
 
-def step(i: int, data: float, compute: float, tail: float | None, opt: float = 0.01, warmup: bool = False) -> StepRecord:
+def step(i: int, data: float, compute: float, tail: float | None, opt: float = 0.01,
+         warmup: bool = False) -> StepRecord:
     total = data + compute + (tail or 0.0) + opt
     return StepRecord(step=i, warmup=warmup, samples=10, step_s=total, data_wait_s=data, compute_s=compute,
                       tail_s=tail, optimizer_s=opt)

@@ -37,6 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import (
+    RECORD_FILE,
     RankRecord,
     RunRecord,
     StepRecord,
@@ -54,6 +55,7 @@ from dtpo.session.environment import describe_device, environment
 from dtpo.session.mfu import peak_flops
 from dtpo.session.precision import Precision
 from dtpo.telemetry.progress import StepProgress
+from dtpo.telemetry.summary import print_summary
 
 
 class Session:
@@ -69,7 +71,8 @@ class Session:
         device: Device to compute on (default: ``cuda:<local_rank>`` or the CPU).
         backend: Collective backend (default: ``nccl`` on CUDA, else ``gloo``).
         config: Extra settings to keep in the record (workload, batch size, ...).
-        progress: Show progress on rank 0 (default: yes).
+        progress: Show progress on rank 0.
+        summary: Print the summary table on rank 0 at :meth:`finish` (``dtpo launch`` prints it instead).
         count_flops: Count model FLOPs on the first step, for MFU.
         flush_every: Write this rank's partial record every N steps.
     """
@@ -78,7 +81,8 @@ class Session:
                  warmup_steps: int = 2, *, max_grad_norm: float | None = None,
                  run_dir: str | os.PathLike[str] | None = None, device: torch.device | str | None = None,
                  backend: str | None = None, config: dict[str, Any] | None = None,
-                 progress: bool = True, count_flops: bool = True, flush_every: int = 50) -> None:
+                 progress: bool = True, summary: bool = True, count_flops: bool = True,
+                 flush_every: int = 50) -> None:
         self.config = SessionConfig(precision, strategy, grad_accum, warmup_steps, max_grad_norm,
                                     count_flops, flush_every)
         self.ctx: DistContext = join(device, backend)
@@ -88,6 +92,7 @@ class Session:
         self._comm_hook = TimedCommHook(self._clock.mark)
         self.run_dir = self._agree_on_run_dir(run_dir)
         self._show_progress = progress and self.is_main
+        self._print_summary = summary and not os.environ.get("DTPO_LAUNCHED")
         self.record = RunRecord(
             run_id=self.run_dir.name, status="running",
             started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -267,10 +272,8 @@ class Session:
         self.record.finished_at = now
         finalize(self.record)
         self.record.save(self.run_dir)
-        if not os.environ.get("DTPO_LAUNCHED"):
-            from dtpo.telemetry.summary import print_summary
-
-            print_summary(self.record)
+        if self._print_summary:
+            print_summary(self.record, record_path=str(self.run_dir / RECORD_FILE))
         return self.record
 
     def __enter__(self) -> Session:

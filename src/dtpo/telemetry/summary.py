@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
@@ -36,21 +37,20 @@ def format_value(m: dict[str, Any] | None) -> str:
 def breakdown_table(record: RunRecord) -> Table:
     """Per-rank breakdown of the measured steps."""
     table = Table(title=f"dtpo run {record.run_id} ({record.status})", title_justify="left")
-    for name in ("rank", "node", "device", "samples/s", "step", "data wait", "compute", "comm exposed",
-                 "sync wait", "optimizer"):
-        table.add_column(name, justify="left" if name in ("node", "device") else "right")
+    for name in ("rank", "node", "samples/s", "step", "data", "compute", "comm", "sync", "optim"):
+        table.add_column(name, justify="left" if name == "node" else "right", no_wrap=True)
     for rank in record.ranks:
         steps = measured_steps(rank)
         wall = sum(s.step_s for s in steps)
         if not steps or wall <= 0:
-            table.add_row(str(rank.rank), rank.node, rank.device, *(["-"] * 7))
+            table.add_row(str(rank.rank), rank.node, *(["-"] * 7))
             continue
 
         def part(name: str, steps: list = steps, wall: float = wall) -> str:
             values = [getattr(s, name) for s in steps]
             return _pct(None if None in values else sum(values), wall)
 
-        table.add_row(str(rank.rank), rank.node, rank.device, f"{sum(s.samples for s in steps) / wall:,.1f}",
+        table.add_row(str(rank.rank), rank.node, f"{sum(s.samples for s in steps) / wall:,.1f}",
                       f"{1000 * wall / len(steps):.1f} ms", part("data_wait_s"), part("compute_s"),
                       part("comm_exposed_s"), part("sync_wait_s"), part("optimizer_s"))
     return table
@@ -62,8 +62,9 @@ def totals_table(record: RunRecord) -> Table:
     table = Table(show_header=False, box=None, padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
+    devices = sorted({r.device for r in record.ranks})
     rows = [
-        ("workers", str(len(record.ranks))),
+        ("workers", f"{len(record.ranks)} on {', '.join(devices)}"),
         ("measured steps", format_value(t.get("measured_steps"))),
         ("throughput", format_value(t.get("throughput"))),
         ("step time (median)", format_value(t.get("step_time_s"))),
@@ -83,8 +84,11 @@ def totals_table(record: RunRecord) -> Table:
 
 def print_summary(record: RunRecord, console: Console | None = None, record_path: str | None = None) -> None:
     """Print the breakdown and the headline figures of a run."""
-    console = console or Console()
+    # A log is not 80 columns wide; a terminal says how wide it is.
+    console = console or (Console() if sys.stdout.isatty() else Console(width=120))
     console.print(breakdown_table(record))
+    console.print("[dim]share of step time: data = waiting for batches, comm = collectives not hidden behind "
+                  "backward, sync = waiting for the slowest rank[/dim]")
     console.print(totals_table(record))
     if record.error:
         console.print(f"[red]run failed:[/red] {record.error}")

@@ -1,0 +1,69 @@
+"""The dtpo command: bad input is one line and exit 2; train and bench produce records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import dtpo_cli
+
+from dtpo.core.record import RunRecord
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--workload", "resnet9000"], "unknown workload 'resnet9000'"),
+    (["train", "--workers", "0"], "--workers must be >= 1"),
+    (["train", "--steps", "-5"], "--steps must be >= 1"),
+    (["train", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["train", "--precision", "fp8"], "unknown precision 'fp8'"),
+    (["train", "--strategy", "zero3"], "unknown strategy 'zero3'"),
+    (["train", "--grad-accum", "0"], "grad_accum must be"),
+    (["train", "--workers", "many"], "'many' is not a valid integer"),
+    (["train", "--no-such-flag"], "No such option"),
+    (["bench", "--workers", "1,x"], "--workers must be a comma-separated list"),
+    (["bench", "--workers", "0,2"], "--workers must be >= 1"),
+    (["launch", "does_not_exist.py"], "does not exist"),
+    (["launch", "--nnodes", "1:2:3", "x.py"], "--nnodes must be"),
+    (["launch", "--nproc-per-node", "-1", "x.py"], "--nproc-per-node must be"),
+    (["launch", "--max-restarts", "lots", "x.py"], "invalid int value"),
+    (["launch", "--nnodes", "2", "--rdzv-endpoint", "nowhere.invalid:29500", "x.py"], "cannot resolve"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "x.py").write_text("print('never run')\n")
+    result = subprocess.run(dtpo_cli(*args), capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dtpo: error:") and message in lines[0], lines[0]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_train_two_workers_writes_a_record_and_prints_the_summary(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    result = subprocess.run(dtpo_cli("train", "--workload", "mlp", "--workers", "2", "--steps", "8",
+                                     "--run-dir", str(run_dir)), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "throughput" in result.stdout and "sync latency" in result.stdout
+    record = RunRecord.load(run_dir)
+    assert record.status == "completed"
+    assert [r.rank for r in record.ranks] == [0, 1]
+    assert all(len(r.steps) == 8 for r in record.ranks)
+    assert record.config["workload"] == "mlp" and record.config["steps"] == 8
+    assert record.environment["launcher"] == "dtpo launch"
+    assert record.totals["throughput"]["value"] > 0
+
+
+def test_bench_measures_each_worker_count(tmp_path: Path) -> None:
+    result = subprocess.run(dtpo_cli("bench", "--workers", "1,2", "--workload", "mlp", "--steps", "6",
+                                     "--run-dir", str(tmp_path)), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    bench = json.loads((tmp_path / "bench.json").read_text())
+    assert [row["workers"] for row in bench["rows"]] == [1, 2]
+    assert bench["rows"][0]["scaling_efficiency"]["value"] == pytest.approx(1.0)
+    assert bench["rows"][1]["scaling_efficiency"]["value"] > 0
+    assert bench["rows"][0]["comm_overhead"]["value"] == 0.0  # one worker has nothing to communicate
+    for count in (1, 2):
+        assert len(RunRecord.load(tmp_path / f"workers-{count}").ranks) == count
+    assert "scaling eff." in result.stdout
