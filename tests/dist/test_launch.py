@@ -96,15 +96,19 @@ def test_a_run_that_fails_half_way_leaves_a_record(script: Path, tmp_path: Path)
     assert len(failed.steps) == 4  # steps 0..3 were measured before the failure at step 4
 
 
-def test_unreachable_rendezvous_times_out_with_one_line(script: Path) -> None:
+@pytest.mark.parametrize("backend_flags, message", [
+    (["--node-rank", "1"], "could not reach the rendezvous endpoint"),  # static: the master never appears
+    (["--rdzv-backend", "c10d"], "did not complete within 3 s"),  # c10d: the second node never joins
+])
+def test_unreachable_rendezvous_times_out_with_one_line(script: Path, backend_flags: list[str], message: str) -> None:
     start = time.monotonic()
-    result = subprocess.run(dtpo_cli("launch", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint",
+    result = subprocess.run(dtpo_cli("launch", "--nnodes", "2", *backend_flags, "--rdzv-endpoint",
                                      f"127.0.0.1:{free_port()}", "--rdzv-timeout", "3", str(script)),
                             capture_output=True, text=True, timeout=120)
     assert time.monotonic() - start < 60
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert "could not reach the rendezvous endpoint" in lines[-1]
+    assert message in lines[-1] and lines[-1].startswith("dtpo: error:")
     assert "Traceback" not in result.stderr
 
 

@@ -99,8 +99,8 @@ def launch(args: argparse.Namespace) -> LaunchOutcome:
     except ChildFailedError as exc:
         return LaunchOutcome(run_dir, True, _describe_failures(exc))
     except (RendezvousError, TimeoutError, ConnectionError) as exc:
-        raise LaunchError(f"rendezvous at {endpoint} failed within {args.rdzv_timeout:g} s: "
-                          f"{_first_line(exc)}") from None
+        raise LaunchError(f"rendezvous at {endpoint} did not complete within {args.rdzv_timeout:g} s "
+                          f"({_first_line(exc)}): are all {args.nnodes} nodes started and able to reach it?") from None
     except RuntimeError as exc:
         # DistNetworkError and DistStoreError (the store could not be reached) are RuntimeErrors.
         if type(exc).__name__.startswith("Dist"):

@@ -1,0 +1,229 @@
+"""Energy windows over all devices of a rank, and a background power timeline.
+
+Like Zeus's ``ZeusMonitor``, a window is opened and closed by name; unlike it, a device that fails is
+reported as lost instead of silently reading 0 J, devices shared by a node are counted once, and every
+figure says where it came from.
+
+A window reads every device's cumulative energy counter at its start and at its end, so windows may nest
+and overlap freely: each is only a difference of two readings of monotonic counters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtpo.devices.base import Device, DeviceError
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every device's cumulative energy at one moment.
+
+    Attributes:
+        t: Monotonic time of the reading.
+        energy_j: Cumulative joules per device name (devices that could not be read are absent).
+    """
+
+    t: float
+    energy_j: dict[str, float]
+
+
+@dataclass(frozen=True)
+class WindowMeasurement:
+    """Time and energy of one window on one rank (or, after :func:`combine`, on all ranks).
+
+    Attributes:
+        name: The window's name.
+        time_s: Wall time of the window.
+        energy_j: Joules per device over the window.
+        sources: Energy source per device (``nvml-counter``, ``nvml-polled``, ``rapl``, ``modelled``, ...).
+        estimated: True if any device's energy is modelled.
+        lost: Devices that could not be read at the start or end of the window (their energy is missing).
+    """
+
+    name: str
+    time_s: float
+    energy_j: dict[str, float]
+    sources: dict[str, str]
+    estimated: bool
+    lost: tuple[str, ...] = ()
+
+    @property
+    def total_j(self) -> float:
+        """Joules over all devices."""
+        return sum(self.energy_j.values())
+
+    @property
+    def average_power_w(self) -> float:
+        """Mean power over the window."""
+        return self.total_j / self.time_s if self.time_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return {"name": self.name, "time_s": self.time_s, "energy_j": self.energy_j, "total_j": self.total_j,
+                "sources": self.sources, "estimated": self.estimated, "lost": list(self.lost)}
+
+
+@dataclass
+class PowerSample:
+    """Mean power of each device since the previous sample.
+
+    Attributes:
+        t: Monotonic time at the end of the interval.
+        power_w: Watts per device name.
+    """
+
+    t: float
+    power_w: dict[str, float] = field(default_factory=dict)
+
+
+class Monitor:
+    """Measures windows of time and energy over a rank's devices.
+
+    Args:
+        devices: The devices this rank counts (a node's shared devices on one rank of the node only).
+        sample_interval_s: Period of the background power timeline; ``None`` for no sampler.
+        clock: Monotonic clock.
+        on_lost: Called once with a one-line message when a device stops answering.
+    """
+
+    def __init__(self, devices: list[Device], sample_interval_s: float | None = 0.1,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_lost: Callable[[str], None] | None = None) -> None:
+        if sample_interval_s is not None and sample_interval_s <= 0:
+            raise ValueError(f"sample interval must be positive, got {sample_interval_s:g}")
+        self.devices = list(devices)
+        self._clock = clock
+        self._on_lost = on_lost
+        self._lock = threading.Lock()
+        self._open: dict[str, Snapshot] = {}
+        self.lost: dict[str, str] = {}
+        self.timeline: list[PowerSample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._interval = sample_interval_s
+        self._last_sample = self.snapshot()
+        if sample_interval_s is not None and self.devices:
+            self._thread = threading.Thread(target=self._run_sampler, name="dtpo-power-sampler", daemon=True)
+            self._thread.start()
+
+    @property
+    def estimated(self) -> bool:
+        """True if any device's energy is modelled."""
+        return any(d.info.estimated for d in self.devices)
+
+    def snapshot(self) -> Snapshot:
+        """Read every device now; a device that fails is marked lost and left out from then on."""
+        readings: dict[str, float] = {}
+        with self._lock:
+            t = self._clock()
+            for device in self.devices:
+                name = device.info.name
+                if name in self.lost:
+                    continue
+                try:
+                    readings[name] = device.energy_j()
+                except DeviceError as exc:
+                    self.lost[name] = str(exc)
+                    if self._on_lost is not None:
+                        self._on_lost(f"energy of {name} is no longer measured: {exc}")
+        return Snapshot(t, readings)
+
+    def begin_window(self, name: str, at: Snapshot | None = None) -> None:
+        """Open a window; names must be unique among open windows.
+
+        Args:
+            name: The window's name.
+            at: A snapshot to start from (the one that ended the previous window, for adjacent windows).
+        """
+        if name in self._open:
+            raise ValueError(f"energy window {name!r} is already open")
+        self._open[name] = at or self.snapshot()
+
+    def end_window(self, name: str, at: Snapshot | None = None) -> WindowMeasurement:
+        """Close a window and return its measurement.
+
+        Args:
+            name: The window's name.
+            at: A snapshot to end at (lets adjacent windows share one reading, so they add up exactly).
+        """
+        try:
+            start = self._open.pop(name)
+        except KeyError:
+            raise ValueError(f"energy window {name!r} is not open") from None
+        end = at or self.snapshot()
+        return self.measure(name, start, end)
+
+    def measure(self, name: str, start: Snapshot, end: Snapshot) -> WindowMeasurement:
+        """The window between two snapshots."""
+        energy = {n: end.energy_j[n] - start.energy_j[n] for n in start.energy_j if n in end.energy_j}
+        sources = {d.info.name: d.info.source for d in self.devices if d.info.name in energy}
+        lost = tuple(sorted({d.info.name for d in self.devices} - set(energy)))
+        estimated = any(d.info.estimated for d in self.devices if d.info.name in energy)
+        return WindowMeasurement(name, end.t - start.t, energy, sources, estimated, lost)
+
+    @contextlib.contextmanager
+    def window(self, name: str) -> Iterator[dict[str, WindowMeasurement]]:
+        """``with monitor.window("epoch") as out: ...``; afterwards ``out["measurement"]`` holds the result."""
+        out: dict[str, WindowMeasurement] = {}
+        self.begin_window(name)
+        try:
+            yield out
+        finally:
+            out["measurement"] = self.end_window(name)
+
+    def sample(self) -> PowerSample:
+        """Append one point to the power timeline: each device's mean power since the previous point."""
+        snap = self.snapshot()
+        prev, self._last_sample = self._last_sample, snap
+        dt = snap.t - prev.t
+        powers = {n: (snap.energy_j[n] - prev.energy_j[n]) / dt for n in snap.energy_j
+                  if n in prev.energy_j and dt > 0}
+        point = PowerSample(snap.t, powers)
+        self.timeline.append(point)
+        return point
+
+    def close(self) -> None:
+        """Stop the sampler and close the devices."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        for device in self.devices:
+            with contextlib.suppress(Exception):
+                device.close()
+
+    def _run_sampler(self) -> None:
+        assert self._interval is not None
+        while not self._stop.wait(self._interval):
+            self.sample()
+
+
+def combine(windows: list[WindowMeasurement], name: str | None = None) -> WindowMeasurement:
+    """Combine one window measured on several ranks: energy summed (devices prefixed by rank), time the max."""
+    energy: dict[str, float] = {}
+    sources: dict[str, str] = {}
+    lost: list[str] = []
+    for rank, w in enumerate(windows):
+        for dev, joules in w.energy_j.items():
+            energy[f"rank{rank}/{dev}"] = joules
+            sources[f"rank{rank}/{dev}"] = w.sources[dev]
+        lost += [f"rank{rank}/{dev}" for dev in w.lost]
+    return WindowMeasurement(name or (windows[0].name if windows else ""), max((w.time_s for w in windows),
+                             default=0.0), energy, sources, any(w.estimated for w in windows), tuple(lost))
+
+
+def gather(window: WindowMeasurement, group: Any = None) -> WindowMeasurement | None:
+    """Combine a window measured on every rank of the process group; the result on every rank."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return window
+    everyone: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, window, group=group)
+    return combine(everyone, window.name)

@@ -1,0 +1,70 @@
+"""The modelled CPU is monotonic, follows load, and is always marked estimated."""
+
+from __future__ import annotations
+
+import pytest
+
+from dtpo.devices.base import DeviceError
+from dtpo.devices.modelled_cpu import DEFAULT_W_PER_CPU, IDLE_SHARE, ModelledCpu, ModelledDram, watts_per_cpu
+
+
+class FakeHost:
+    """A /proc/stat and a clock that the test drives."""
+
+    def __init__(self) -> None:
+        self.busy, self.total, self.t = 0, 0, 0.0
+
+    def run(self, seconds: float, utilisation: float, cpus: int = 4) -> None:
+        jiffies = int(seconds * 100 * cpus)
+        self.total += jiffies
+        self.busy += int(jiffies * utilisation)
+        self.t += seconds
+
+    def times(self) -> tuple[int, int]:
+        return self.busy, self.total
+
+
+def make_cpu(host: FakeHost, **kwargs) -> ModelledCpu:
+    return ModelledCpu(n_cpus=4, read_times=host.times, clock=lambda: host.t, model="Test CPU", **kwargs)
+
+
+def test_energy_is_monotonic_and_follows_load() -> None:
+    host = FakeHost()
+    cpu = make_cpu(host, cpu_tdp_w=100.0)
+    host.run(10, 0.0)
+    idle = cpu.energy_j()
+    host.run(10, 1.0)
+    busy = cpu.energy_j() - idle
+    assert idle == pytest.approx(100 * IDLE_SHARE * 10)
+    assert busy == pytest.approx(100 * 10)
+    readings = []
+    for u in (0.2, 0.9, 0.0, 0.5):
+        host.run(1, u)
+        readings.append(cpu.energy_j())
+    assert readings == sorted(readings)
+    assert cpu.power_w() == pytest.approx(100 * (IDLE_SHARE + (1 - IDLE_SHARE) * 0.5))
+
+
+def test_always_estimated_and_says_where_the_tdp_came_from() -> None:
+    host = FakeHost()
+    for kwargs in ({}, {"cpu_tdp_w": 50.0}):
+        cpu = make_cpu(host, **kwargs)
+        assert cpu.info.estimated and cpu.info.source == "modelled" and cpu.info.node_shared
+    assert "not in table" in make_cpu(host).tdp_source
+    assert make_cpu(host).w_per_cpu == DEFAULT_W_PER_CPU
+    assert "--cpu-tdp 50 W" in make_cpu(host, cpu_tdp_w=50.0).tdp_source
+    w, source = watts_per_cpu("AMD EPYC 7763 64-Core Processor")
+    assert w == pytest.approx(280 / 128) and source.startswith("table")
+
+
+def test_bad_tdp_is_a_clear_error() -> None:
+    with pytest.raises(DeviceError, match="--cpu-tdp must be positive"):
+        make_cpu(FakeHost(), cpu_tdp_w=-5)
+
+
+def test_dram_is_constant_power_and_estimated() -> None:
+    t = [0.0]
+    dram = ModelledDram(mem_bytes=16 * 2**30, clock=lambda: t[0])
+    t[0] = 10.0
+    assert dram.energy_j() == pytest.approx(16 * 0.375 * 10)
+    assert dram.info.estimated and dram.info.kind == "dram"
