@@ -20,7 +20,7 @@ from dtpo.core.record import RunRecord
     (["train", "--precision", "fp8"], "unknown precision 'fp8'"),
     (["train", "--strategy", "zero3"], "unknown strategy 'zero3'"),
     (["train", "--grad-accum", "0"], "grad_accum must be"),
-    (["train", "--workers", "many"], "'many' is not a valid integer"),
+    (["train", "--workers", "many"], "Invalid value for '--workers'"),
     (["train", "--no-such-flag"], "No such option"),
     (["bench", "--workers", "1,x"], "--workers must be a comma-separated list"),
     (["bench", "--workers", "0,2"], "--workers must be >= 1"),

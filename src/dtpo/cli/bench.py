@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from dtpo.cli.runs import conclude_run
 from dtpo.cli.train import TrainOptions, check_workers, launch_training
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
-from dtpo.telemetry.summary import format_value
+from dtpo.telemetry.summary import format_value, make_console
 
 BENCH_SCHEMA = "dtpo.bench/1"
 
@@ -84,7 +83,7 @@ def bench_command(
     counts = parse_worker_counts(workers)
     options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, None, seed)
     bench_dir = (run_dir or Path("runs") / f"bench-{new_run_id()}").resolve()
-    console = Console()
+    console = make_console()
     records: dict[int, RunRecord] = {}
     for count in counts:
         console.print(f"[bold]bench:[/bold] {workload} on {count} worker(s)")

@@ -9,7 +9,7 @@ from rich.console import Console
 from dtpo.core.record import RECORD_FILE, RunRecord
 from dtpo.core.totals import record_from_partials
 from dtpo.dist.launch import LaunchOutcome
-from dtpo.telemetry.summary import print_summary
+from dtpo.telemetry.summary import make_console, print_summary
 
 
 def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: bool = False) -> RunRecord | None:
@@ -19,7 +19,7 @@ def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: 
         The record, or ``None`` when this node holds none (a node other than rank 0's of a completed run,
         or a run that failed before measuring anything).
     """
-    console = console or Console()
+    console = console or make_console()
     path = Path(outcome.run_dir) / RECORD_FILE
     record: RunRecord | None = None
     if not outcome.failed and path.is_file():

@@ -72,6 +72,8 @@ class RankRecord:
         peak_flops: Peak FLOP/s of the device for the run's precision, with its source.
         steps: Per-step breakdown.
         error: The exception that ended this rank early, if any.
+        energy: This rank's devices, energy windows and run window (see ``dtpo.session.step_energy``);
+            ``None`` when energy was not measured.
     """
 
     rank: int
@@ -82,6 +84,7 @@ class RankRecord:
     peak_flops: dict[str, Any] | None = None
     steps: list[StepRecord] = field(default_factory=list)
     error: str | None = None
+    energy: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RankRecord:
@@ -105,7 +108,8 @@ class RunRecord:
         environment: Software and hardware the run used.
         ranks: Per-rank measurements, ordered by rank.
         totals: Run-level figures, each a :class:`~dtpo.core.measurement.Measurement` dict.
-        energy: Energy per window and per run (filled by the energy monitor; ``None`` until then).
+        energy: Run-level energy figures (total, power, per sample, kWh, emissions, cost), each a
+            :class:`~dtpo.core.measurement.Measurement` dict; ``None`` when energy was not measured.
         error: Why the run failed, if it did.
         schema: Schema version of this record.
     """

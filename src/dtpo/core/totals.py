@@ -92,10 +92,51 @@ def compute_totals(ranks: list[RankRecord]) -> dict[str, Any]:
     return {k: v.to_dict() for k, v in totals.items()}
 
 
+def energy_totals(ranks: list[RankRecord], samples: float | None, settings: dict[str, Any]) -> dict[str, Any] | None:
+    """Run-level energy: every rank's run window summed, with power, per-sample, kWh, emissions and cost.
+
+    Args:
+        ranks: Rank records whose ``energy`` sections hold a ``run`` window.
+        samples: Samples processed in the measured steps (all ranks).
+        settings: The run's energy settings (``grid_g_per_kwh``, ``price_per_kwh``, ``currency``).
+    """
+    runs = [r.energy["run"] for r in ranks if r.energy and r.energy.get("run")]
+    if not runs:
+        return None
+    total_j = sum(run["total_j"] for run in runs)
+    time_s = max(run["time_s"] for run in runs)
+    by_source: dict[str, float] = {}
+    for run in runs:
+        for device, joules in run["energy_j"].items():
+            source = run["sources"][device]
+            by_source[source] = by_source.get(source, 0.0) + joules
+    estimated = any(run["estimated"] for run in runs)
+    source: Any = "estimated" if estimated else "measured"
+    note = "from " + ", ".join(f"{k} {v:.1f} J" for k, v in sorted(by_source.items()))
+    kwh = total_j / 3.6e6
+    grid = settings.get("grid_g_per_kwh", 475.0)
+    out: dict[str, Measurement] = {
+        "energy_j": Measurement(total_j, "J", source, note),
+        "average_power_w": Measurement(total_j / time_s if time_s > 0 else None, "W", source),
+        "energy_per_sample_j": Measurement(total_j / samples if samples else None, "J/sample", source),
+        "kwh": Measurement(kwh, "kWh", source),
+        "co2_g": Measurement(kwh * grid, "g CO2e", "estimated", f"grid intensity {grid:g} g CO2e/kWh"),
+    }
+    price = settings.get("price_per_kwh")
+    if price is not None:
+        out["cost"] = Measurement(kwh * price, settings.get("currency", "USD"), source, f"{price:g} per kWh")
+    lost = {f"rank{r.rank}/{dev}": why for r in ranks if r.energy for dev, why in r.energy.get("lost", {}).items()}
+    result: dict[str, Any] = {k: v.to_dict() for k, v in out.items()}
+    result.update(by_source_j=by_source, time_s=time_s, lost=lost)
+    return result
+
+
 def finalize(record: RunRecord) -> RunRecord:
-    """Split tails into sync wait and exposed communication, then compute totals, in place."""
+    """Split tails into sync wait and exposed communication, then compute totals and energy, in place."""
     split_tail(record.ranks)
     record.totals = compute_totals(record.ranks)
+    samples = record.totals.get("samples", {}).get("value")
+    record.energy = energy_totals(record.ranks, samples, record.config.get("energy", {}))
     return record
 
 

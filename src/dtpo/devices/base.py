@@ -54,5 +54,5 @@ class Device(ABC):
         """Instantaneous (or most recent average) power in watts, if the device can tell."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - most devices hold nothing to release
         """Release handles and background threads."""

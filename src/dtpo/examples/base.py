@@ -6,8 +6,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import ClassVar
 
+import numpy as np
 import torch
 from torch import nn
+
+from dtpo.core.errors import ConfigError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
@@ -15,7 +18,8 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 class Workload(ABC):
     """A model, an endless stream of batches, and a loss: enough for ``dtpo train`` to run it.
 
-    Subclasses set :attr:`name`, :attr:`description`, :attr:`default_steps` and :attr:`default_batch_size`.
+    Subclasses set :attr:`name`, :attr:`description`, :attr:`default_steps`, :attr:`default_batch_size` and
+    :attr:`default_lr` (for AdamW).
     Everything is generated or read from files that ship with Python: no network.
     """
 
@@ -23,6 +27,7 @@ class Workload(ABC):
     description: ClassVar[str]
     default_steps: ClassVar[int]
     default_batch_size: ClassVar[int]
+    default_lr: ClassVar[float]
 
     @abstractmethod
     def build_model(self) -> nn.Module:
@@ -39,3 +44,28 @@ class Workload(ABC):
     def samples_in(self, batch: Batch) -> int:
         """How many samples a batch holds (its leading dimension)."""
         return int(batch[0].shape[0])
+
+
+def rank_seed(seed: int, rank: int) -> int:
+    """A well-mixed 63-bit generator seed for ``(seed, rank)``, distinct per rank, stable across runs.
+
+    Raises:
+        ConfigError: ``seed`` is negative.
+    """
+    if seed < 0:
+        raise ConfigError(f"seed must be non-negative, got {seed}")
+    return int(np.random.SeedSequence((seed, rank)).generate_state(1, dtype=np.uint64)[0] >> 1)
+
+
+def check_batch_args(batch_size: int, rank: int, world_size: int) -> None:
+    """Validate the arguments of :meth:`Workload.batches`.
+
+    Called before the first batch is drawn so a bad flag fails at start-up, not mid-loop.
+
+    Raises:
+        ConfigError: ``batch_size`` is below 1 or ``rank`` is outside ``[0, world_size)``.
+    """
+    if batch_size < 1:
+        raise ConfigError(f"batch size must be at least 1, got {batch_size}")
+    if not 0 <= rank < world_size:
+        raise ConfigError(f"rank {rank} is outside world size {world_size}")

@@ -51,3 +51,44 @@ class SessionConfig:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
+
+
+@dataclass
+class EnergyConfig:
+    """How a Session measures energy.
+
+    Attributes:
+        enabled: Measure energy at all.
+        window_steps: Optimizer steps per energy window.
+        sample_interval_s: Period of the background power timeline; ``None`` for no timeline.
+        cpu_tdp_w: TDP in watts of the CPUs this node exposes, for the modelled CPU (default: a table by
+            processor model, else a per-CPU default; the record says which).
+        grid_g_per_kwh: Carbon intensity of the electricity, grams CO2-equivalent per kWh (default: the
+            world average of about 475 g/kWh; set your grid's figure).
+        price_per_kwh: Price of a kWh, for the cost figure (no cost is computed without it).
+        currency: Currency of ``price_per_kwh``.
+    """
+
+    enabled: bool = True
+    window_steps: int = 10
+    sample_interval_s: float | None = 0.1
+    cpu_tdp_w: float | None = None
+    grid_g_per_kwh: float = 475.0
+    price_per_kwh: float | None = None
+    currency: str = "USD"
+
+    def __post_init__(self) -> None:
+        if self.window_steps < 1:
+            raise ConfigError(f"energy window_steps must be >= 1, got {self.window_steps}")
+        if self.sample_interval_s is not None and self.sample_interval_s <= 0:
+            raise ConfigError(f"power sample interval must be positive, got {self.sample_interval_s:g}")
+        if self.cpu_tdp_w is not None and self.cpu_tdp_w <= 0:
+            raise ConfigError(f"--cpu-tdp must be positive, got {self.cpu_tdp_w:g}")
+        if self.grid_g_per_kwh < 0:
+            raise ConfigError(f"grid intensity must be >= 0 g/kWh, got {self.grid_g_per_kwh:g}")
+        if self.price_per_kwh is not None and self.price_per_kwh < 0:
+            raise ConfigError(f"price per kWh must be >= 0, got {self.price_per_kwh:g}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)

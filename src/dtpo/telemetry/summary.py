@@ -16,6 +16,11 @@ def _pct(part: float | None, whole: float) -> str:
     return "n/a" if part is None or whole <= 0 else f"{100 * part / whole:.1f}%"
 
 
+def make_console() -> Console:
+    """A console for tables: the terminal's width on a terminal, 120 columns in a log."""
+    return Console() if sys.stdout.isatty() else Console(width=120)
+
+
 def format_value(m: dict[str, Any] | None) -> str:
     """A measurement dict as text, with its unit and an *estimated* label where it is modelled."""
     if not m or m.get("value") is None:
@@ -75,17 +80,35 @@ def totals_table(record: RunRecord) -> Table:
     ]
     if "loss_first" in t:
         rows.append(("loss", f"{t['loss_first']['value']:.4f} -> {t['loss_last']['value']:.4f}"))
-    energy = "not measured yet" if record.energy is None else "see record"
-    rows.append(("energy", energy))
+    rows += energy_rows(record)
     for name, value in rows:
         table.add_row(name, value)
     return table
 
 
+def energy_rows(record: RunRecord) -> list[tuple[str, str]]:
+    """Energy lines of the summary; a modelled figure is labelled *estimated*."""
+    e = record.energy
+    if not e:
+        return [("energy", "not measured")]
+    sources = ", ".join(f"{k} {100 * v / max(sum(e['by_source_j'].values()), 1e-12):.0f}%"
+                        for k, v in sorted(e["by_source_j"].items()))
+    rows = [
+        ("energy", f"{format_value(e['energy_j'])}  [{sources}]"),
+        ("average power", format_value(e["average_power_w"])),
+        ("energy per sample", format_value(e["energy_per_sample_j"])),
+        ("emissions", f"{format_value(e['co2_g'])} at {e['co2_g'].get('note', '')}"),
+    ]
+    if "cost" in e:
+        rows.append(("cost", format_value(e["cost"])))
+    if e.get("lost"):
+        rows.append(("energy lost", "; ".join(f"{k}: {v}" for k, v in e["lost"].items())))
+    return rows
+
+
 def print_summary(record: RunRecord, console: Console | None = None, record_path: str | None = None) -> None:
     """Print the breakdown and the headline figures of a run."""
-    # A log is not 80 columns wide; a terminal says how wide it is.
-    console = console or (Console() if sys.stdout.isatty() else Console(width=120))
+    console = console or make_console()
     console.print(breakdown_table(record))
     console.print("[dim]share of step time: data = waiting for batches, comm = collectives not hidden behind "
                   "backward, sync = waiting for the slowest rank[/dim]")

@@ -1,0 +1,34 @@
+"""Built-in example workloads for ``dtpo train``: each a model, a stream of batches and a loss.
+
+All data is generated or read from files that ship with Python, so every workload runs offline:
+
+* ``lm``: a small GPT on the bytes of the standard library's source (:class:`~dtpo.examples.lm.CharLM`).
+* ``mlp``: an MLP learning a random teacher's labels (:class:`~dtpo.examples.mlp.SyntheticMLP`).
+* ``cnn``: a conv net on noisy, shifted class patterns (:class:`~dtpo.examples.cnn.SyntheticCNN`).
+"""
+
+from __future__ import annotations
+
+from dtpo.core.errors import ConfigError
+from dtpo.examples.base import Batch, Workload
+from dtpo.examples.cnn import SyntheticCNN
+from dtpo.examples.lm import CharLM
+from dtpo.examples.mlp import SyntheticMLP
+
+__all__ = ["WORKLOADS", "Batch", "CharLM", "SyntheticCNN", "SyntheticMLP", "Workload", "get_workload"]
+
+WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (CharLM, SyntheticCNN, SyntheticMLP)}
+
+
+def get_workload(name: str) -> Workload:
+    """A new instance of the workload registered as ``name``, with its default settings.
+
+    Raises:
+        ConfigError: No workload has that name.
+    """
+    try:
+        cls = WORKLOADS[name]
+    except KeyError:
+        choices = ", ".join(sorted(WORKLOADS))
+        raise ConfigError(f"unknown workload {name!r} (choose from: {choices})") from None
+    return cls()
