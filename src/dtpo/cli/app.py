@@ -1,4 +1,4 @@
-"""The ``dtpo`` command: launch, train, bench.
+"""The ``dtpo`` command: launch, train, bench, monitor.
 
 Errors a user can cause end in one line on stderr and exit code 2, never a traceback.
 """
@@ -13,6 +13,7 @@ from typer.exceptions import TyperException
 from dtpo.cli.bench import bench_command
 from dtpo.cli.launch import HELP as LAUNCH_HELP
 from dtpo.cli.launch import launch_command
+from dtpo.cli.monitor import monitor_command
 from dtpo.cli.train import train_command
 from dtpo.core.errors import DtpoError
 
@@ -23,6 +24,7 @@ app.command("launch", help=LAUNCH_HELP, add_help_option=False,
             context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(launch_command)
 app.command("train")(train_command)
 app.command("bench")(bench_command)
+app.command("monitor")(monitor_command)
 
 
 def _one_line(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,8 @@ from dtpo.cli.runs import conclude_run
 from dtpo.cli.train import TrainOptions, check_workers, launch_training
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
-from dtpo.telemetry.summary import format_value, make_console
+from dtpo.session.config import EnergyConfig
+from dtpo.telemetry.summary import make_console
 
 BENCH_SCHEMA = "dtpo.bench/1"
 
@@ -50,21 +52,29 @@ def scaling_rows(records: dict[int, RunRecord]) -> list[dict[str, Any]]:
             "sync_latency_s": t["sync_latency_s"],
             "data_wait_fraction": t["data_wait_fraction"],
             "mfu": t["mfu"],
+            "energy_per_sample_j": (record.energy or {}).get("energy_per_sample_j"),
         })
     return rows
 
 
+def _number(m: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
+    if not m or m.get("value") is None:
+        return "n/a"
+    text = f"{m['value'] * scale:,.{digits}f}"
+    return text + ("*" if m.get("source") == "estimated" else "")
+
+
 def bench_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """The scaling table."""
-    table = Table(title=title, title_justify="left")
-    for name in ("workers", "samples/s", "scaling eff.", "step time", "comm overhead", "sync wait", "data wait",
-                 "MFU"):
+    """The scaling table (units in the headers; * marks an estimated figure)."""
+    table = Table(title=title, title_justify="left", caption="* estimated (no hardware energy counter)")
+    for name in ("workers", "samples/s", "scaling eff. %", "step ms", "comm %", "sync wait ms", "data wait %",
+                 "MFU %", "mJ/sample"):
         table.add_column(name, justify="right")
     for row in rows:
-        table.add_row(str(row["workers"]), format_value(row["throughput"]),
-                      format_value(row["scaling_efficiency"]), format_value(row["step_time_s"]),
-                      format_value(row["comm_overhead"]), format_value(row["sync_latency_s"]),
-                      format_value(row["data_wait_fraction"]), format_value(row["mfu"]))
+        table.add_row(str(row["workers"]), _number(row["throughput"]), _number(row["scaling_efficiency"], 100),
+                      _number(row["step_time_s"], 1e3, 2), _number(row["comm_overhead"], 100),
+                      _number(row["sync_latency_s"], 1e3, 2), _number(row["data_wait_fraction"], 100),
+                      _number(row["mfu"], 100), _number(row["energy_per_sample_j"], 1e3, 3))
     return table
 
 
@@ -78,10 +88,12 @@ def bench_command(
     strategy: str = typer.Option("ddp", help="ddp or fsdp."),
     seed: int = typer.Option(0, help="Seed for the model and the data."),
     run_dir: Path = typer.Option(None, help="Where to write the runs and bench.json (default: runs/<id>)."),
+    cpu_tdp: float = typer.Option(None, help="CPU TDP in watts for the modelled CPU (default: a table)."),
 ) -> None:
     """Measure throughput and scaling efficiency of one workload at several worker counts (weak scaling)."""
     counts = parse_worker_counts(workers)
-    options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, None, seed)
+    options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, None, seed,
+                           EnergyConfig(cpu_tdp_w=cpu_tdp))
     bench_dir = (run_dir or Path("runs") / f"bench-{new_run_id()}").resolve()
     console = make_console()
     records: dict[int, RunRecord] = {}
@@ -97,5 +109,5 @@ def bench_command(
     rows = scaling_rows(records)
     console.print(bench_table(rows, f"dtpo bench: {workload}, per-worker batch fixed (weak scaling)"))
     path = bench_dir / "bench.json"
-    write_json_atomic(path, {"schema": BENCH_SCHEMA, "workload": workload, "options": vars(options), "rows": rows})
+    write_json_atomic(path, {"schema": BENCH_SCHEMA, "workload": workload, "options": asdict(options), "rows": rows})
     console.print(f"bench record: {path}")

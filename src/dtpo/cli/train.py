@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
@@ -14,7 +14,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord, new_run_id
 from dtpo.dist.launch import LaunchOutcome, launch, parse_launch_args
 from dtpo.examples import get_workload
-from dtpo.session.config import SessionConfig
+from dtpo.session.config import EnergyConfig, SessionConfig
 
 
 @dataclass
@@ -30,6 +30,7 @@ class TrainOptions:
         strategy: ``ddp`` or ``fsdp``.
         lr: Learning rate (``None``: the workload's default).
         seed: Seed for the model and the data.
+        energy: Measurement of energy: on/off, CPU TDP, grid intensity, price.
     """
 
     workload: str = "lm"
@@ -40,6 +41,7 @@ class TrainOptions:
     strategy: str = "ddp"
     lr: float | None = None
     seed: int = 0
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
 
     def __post_init__(self) -> None:
         get_workload(self.workload)  # raises ConfigError naming the choices
@@ -55,10 +57,13 @@ class TrainOptions:
         """The training script's command line."""
         args = ["--workload", self.workload, "--precision", self.precision, "--grad-accum", str(self.grad_accum),
                 "--strategy", self.strategy, "--seed", str(self.seed)]
-        for flag, value in (("--steps", self.steps), ("--batch-size", self.batch_size), ("--lr", self.lr)):
+        energy = self.energy
+        for flag, value in (("--steps", self.steps), ("--batch-size", self.batch_size), ("--lr", self.lr),
+                            ("--cpu-tdp", energy.cpu_tdp_w), ("--price-per-kwh", energy.price_per_kwh)):
             if value is not None:
                 args += [flag, str(value)]
-        return args
+        args += ["--grid-intensity", str(energy.grid_g_per_kwh)]
+        return args + ([] if energy.enabled else ["--no-energy"])
 
 
 def check_workers(workers: int) -> None:
@@ -88,9 +93,15 @@ def train_command(
     lr: float = typer.Option(None, help="Learning rate (default: the workload's)."),
     seed: int = typer.Option(0, help="Seed for the model and the data."),
     run_dir: Path = typer.Option(None, help="Where to write the record (default: runs/<run-id>)."),
+    energy: bool = typer.Option(True, help="Measure energy (NVML, RAPL, else a model labelled estimated)."),
+    cpu_tdp: float = typer.Option(None, help="CPU TDP in watts for the modelled CPU (default: a table)."),
+    grid_intensity: float = typer.Option(475.0, help="Grid carbon intensity, g CO2e per kWh."),
+    price_per_kwh: float = typer.Option(None, help="Electricity price per kWh, for the cost figure."),
 ) -> None:
-    """Train a built-in example workload on local workers and print where the time went."""
-    options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, lr, seed)
+    """Train a built-in example workload on local workers and print where the time and energy went."""
+    energy_config = EnergyConfig(enabled=energy, cpu_tdp_w=cpu_tdp, grid_g_per_kwh=grid_intensity,
+                                 price_per_kwh=price_per_kwh)
+    options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, lr, seed, energy_config)
     check_workers(workers)
     outcome = launch_training(options, workers, run_dir or Path("runs") / new_run_id())
     record: RunRecord | None = conclude_run(outcome)

@@ -134,6 +134,11 @@ class Monitor:
                         self._on_lost(f"energy of {name} is no longer measured: {exc}")
         return Snapshot(t, readings)
 
+    @property
+    def last_snapshot(self) -> Snapshot:
+        """The snapshot taken by the latest :meth:`sample` (or at construction)."""
+        return self._last_sample
+
     def begin_window(self, name: str, at: Snapshot | None = None) -> None:
         """Open a window; names must be unique among open windows.
 

@@ -17,6 +17,7 @@ import torch
 import dtpo
 from dtpo.core.errors import DtpoError
 from dtpo.examples import get_workload
+from dtpo.session.config import EnergyConfig
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,6 +33,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup-steps", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run-dir", default=None)
+    parser.add_argument("--no-energy", action="store_true", help="do not measure energy")
+    parser.add_argument("--cpu-tdp", type=float, default=None, help="CPU TDP (W) for the modelled CPU")
+    parser.add_argument("--grid-intensity", type=float, default=475.0, help="g CO2e per kWh")
+    parser.add_argument("--price-per-kwh", type=float, default=None)
     return parser.parse_args(argv)
 
 
@@ -42,8 +47,10 @@ def train(args: argparse.Namespace) -> None:
     batch_size = args.batch_size if args.batch_size is not None else workload.default_batch_size
     lr = args.lr if args.lr is not None else workload.default_lr
     config = {"workload": workload.name, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": args.seed}
+    energy = EnergyConfig(enabled=not args.no_energy, cpu_tdp_w=args.cpu_tdp, grid_g_per_kwh=args.grid_intensity,
+                          price_per_kwh=args.price_per_kwh)
     session = dtpo.Session(precision=args.precision, strategy=args.strategy, grad_accum=args.grad_accum,
-                           warmup_steps=args.warmup_steps, run_dir=args.run_dir, config=config)
+                           warmup_steps=args.warmup_steps, run_dir=args.run_dir, config=config, energy=energy)
     with session:
         torch.manual_seed(args.seed)  # identical initial replicas on every rank
         model = session.wrap(workload.build_model())

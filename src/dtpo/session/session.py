@@ -23,6 +23,7 @@ import contextlib
 import datetime as _dt
 import os
 import signal
+import sys
 import threading
 import types
 from collections.abc import Iterable, Iterator
@@ -46,14 +47,16 @@ from dtpo.core.record import (
     write_json_atomic,
 )
 from dtpo.core.totals import finalize
+from dtpo.devices.discovery import discover
 from dtpo.dist.comm_timing import TimedCommHook
 from dtpo.dist.process_group import DistContext, join, leave
 from dtpo.dist.wrap import wrap_model
 from dtpo.session.clock import clock_for
-from dtpo.session.config import SessionConfig
+from dtpo.session.config import EnergyConfig, SessionConfig
 from dtpo.session.environment import describe_device, environment
 from dtpo.session.mfu import peak_flops
 from dtpo.session.precision import Precision
+from dtpo.session.step_energy import StepEnergy, write_power_timeline
 from dtpo.telemetry.progress import StepProgress
 from dtpo.telemetry.summary import print_summary
 
@@ -71,6 +74,8 @@ class Session:
         device: Device to compute on (default: ``cuda:<local_rank>`` or the CPU).
         backend: Collective backend (default: ``nccl`` on CUDA, else ``gloo``).
         config: Extra settings to keep in the record (workload, batch size, ...).
+        energy: Measure energy (``True``/``False``, or an :class:`EnergyConfig`). GPUs through NVML, CPUs
+            through RAPL or, where no counter exists, a model labelled estimated.
         progress: Show progress on rank 0.
         summary: Print the summary table on rank 0 at :meth:`finish` (``dtpo launch`` prints it instead).
         count_flops: Count model FLOPs on the first step, for MFU.
@@ -81,10 +86,11 @@ class Session:
                  warmup_steps: int = 2, *, max_grad_norm: float | None = None,
                  run_dir: str | os.PathLike[str] | None = None, device: torch.device | str | None = None,
                  backend: str | None = None, config: dict[str, Any] | None = None,
-                 progress: bool = True, summary: bool = True, count_flops: bool = True,
-                 flush_every: int = 50) -> None:
+                 energy: bool | EnergyConfig = True, progress: bool = True, summary: bool = True,
+                 count_flops: bool = True, flush_every: int = 50) -> None:
         self.config = SessionConfig(precision, strategy, grad_accum, warmup_steps, max_grad_norm,
                                     count_flops, flush_every)
+        self.energy_config = energy if isinstance(energy, EnergyConfig) else EnergyConfig(enabled=bool(energy))
         self.ctx: DistContext = join(device, backend)
         self.device = self.ctx.device
         self.precision = Precision(precision, self.device)
@@ -96,7 +102,8 @@ class Session:
         self.record = RunRecord(
             run_id=self.run_dir.name, status="running",
             started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            config={"session": self.config.to_dict(), "world_size": self.ctx.world_size, **(config or {})},
+            config={"session": self.config.to_dict(), "energy": self.energy_config.to_dict(),
+                    "world_size": self.ctx.world_size, **(config or {})},
             environment=environment(self.ctx))
         peak = peak_flops(self.device, self.precision.compute_dtype) if count_flops else None
         self._rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device),
@@ -106,6 +113,7 @@ class Session:
         self._finished = False
         self._step = 0
         self._micro = 0
+        self._energy = self._start_energy()
         self._reset_step_state()
         self._install_sigterm_flush()
 
@@ -175,6 +183,8 @@ class Session:
             self._progress = StepProgress(target, enabled=self._show_progress)
         iterator = iter(iterable)
         while target is None or self._step < target:
+            if self._micro == 0 and self._energy is not None:
+                self._energy.step_starting(self._step)
             start = self._clock.mark()
             if self._micro == 0:
                 self._step_start = start
@@ -254,6 +264,7 @@ class Session:
         if self._progress is not None:
             self._progress.close()
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        self._stop_energy()
         if error is not None:
             self._rank.error = f"{type(error).__name__}: {error}"
             self._flush(status="failed")
@@ -263,6 +274,9 @@ class Session:
         if self.ctx.distributed:
             gathered: list[Any] | None = [None] * self.world_size if self.is_main else None
             dist.gather_object(self._rank, gathered, dst=0)
+            # A sender's gather can return before rank 0 has read everything; tearing the group down then
+            # can break the connection under rank 0. Leave together.
+            dist.barrier()
             ranks = sorted(gathered or [], key=lambda r: r.rank)
         leave(self.ctx)
         if not self.is_main:
@@ -336,6 +350,8 @@ class Session:
             comm_exposed_s=None if self.ctx.distributed else 0.0,
             sync_wait_s=None if self.ctx.distributed else 0.0)
         self._rank.steps.append(record)
+        if self._energy is not None:
+            self._energy.step_ended(self._step)
         if self._step == 0 and self.config.count_flops:
             self._rank.flops_per_step = float(self._flops)
         self._step += 1
@@ -345,6 +361,30 @@ class Session:
         self._reset_step_state()
         if self._step == self.config.warmup_steps + 1 or self._step % self.config.flush_every == 0:
             self._flush(status="running")
+
+    def _start_energy(self) -> StepEnergy | None:
+        """Open this rank's power sources; the node's shared ones (CPU, DRAM) on local rank 0 only."""
+        cfg = self.energy_config
+        if not cfg.enabled:
+            return None
+        found = discover(local_rank=self.ctx.local_rank, gpus=self.device.type == "cuda",
+                         node_shared=self.ctx.local_rank == 0, cpu_tdp_w=cfg.cpu_tdp_w)
+        if self.is_main:
+            for note in found.notes:
+                print(f"dtpo energy: {note}", file=sys.stderr, flush=True)
+        return StepEnergy(found, cfg.window_steps, self.config.warmup_steps, cfg.sample_interval_s,
+                          on_lost=lambda msg: print(f"dtpo energy (rank {self.rank}): {msg}", file=sys.stderr))
+
+    def _stop_energy(self) -> None:
+        """Close the energy windows, keep this rank's energy section and write its power timeline."""
+        if self._energy is None:
+            return
+        self._rank.energy = self._energy.finish(last_step=self._step - 1)
+        rows = self._energy.timeline_rows()
+        if rows:
+            write_power_timeline(rank_record_path(self.run_dir, self.rank).with_name(
+                f"power-rank{self.rank:05d}.csv"), rows)
+        self._energy = None
 
     def _flush(self, status: str) -> None:
         """Write this rank's partial record (atomically) so a crash leaves what was measured."""

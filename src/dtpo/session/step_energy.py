@@ -38,6 +38,7 @@ class StepEnergy:
         self.monitor = Monitor(discovery.devices, sample_interval_s=sample_interval_s, on_lost=on_lost)
         self.windows: list[dict[str, Any]] = []
         self._window_first_step: int | None = None
+        self._boundary: Any = None  # snapshot that closed the latest window
         self._run: WindowMeasurement | None = None
 
     def step_starting(self, step: int) -> None:
@@ -57,6 +58,7 @@ class StepEnergy:
         self._close_window(first, step, snap)
         self.monitor.begin_window(self._window_name(step + 1), at=snap)
         self._window_first_step = step + 1
+        self._boundary = snap
 
     def finish(self, last_step: int) -> dict[str, Any]:
         """Close open windows and stop the sampler; returns this rank's energy section of the record."""
@@ -65,7 +67,9 @@ class StepEnergy:
             if last_step >= self._window_first_step:
                 self._close_window(self._window_first_step, last_step, snap)
             else:
+                # No step since the last boundary: the run ends there, where the last step ended.
                 self.monitor.end_window(self._window_name(self._window_first_step), at=snap)
+                snap = self._boundary
             self._run = self.monitor.end_window(RUN_WINDOW, at=snap)
             self._window_first_step = None
         self.monitor.close()
