@@ -1,7 +1,9 @@
 """One interface for every power source: GPUs through NVML, CPU packages and DRAM through RAPL, models.
 
 A :class:`Device` reports cumulative energy since it was opened and, where it can, instantaneous power.
-Knobs (power limits, clocks) are added by later layers; here a device only measures.
+Devices with knobs (GPUs: power limit, locked SM clocks) also implement :meth:`Device.knob_limits` and the
+setters; callers change knobs only through ``dtpo.devices.journal`` so the original settings are journaled
+first and always restored.
 """
 
 from __future__ import annotations
@@ -16,6 +18,44 @@ DeviceKind = Literal["gpu", "cpu", "dram"]
 
 class DeviceError(Exception):
     """A device could not be opened or read; the message is one line a user can act on."""
+
+
+class KnobError(DeviceError):
+    """A knob could not be set: unsupported, out of range, or no permission (see :attr:`permission`)."""
+
+    def __init__(self, message: str, permission: bool = False) -> None:
+        super().__init__(message)
+        self.permission = permission
+
+
+@dataclass(frozen=True)
+class KnobLimits:
+    """What a device's knobs allow.
+
+    Attributes:
+        min_power_limit_w: Lowest settable power limit.
+        max_power_limit_w: Highest settable power limit.
+        default_power_limit_w: The limit the device ships with.
+        sm_clocks_mhz: Supported SM clocks in MHz, ascending (empty if clocks cannot be locked).
+    """
+
+    min_power_limit_w: float
+    max_power_limit_w: float
+    default_power_limit_w: float
+    sm_clocks_mhz: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class KnobState:
+    """A device's current knob settings (what the journal saves and restores).
+
+    Attributes:
+        power_limit_w: Current power limit.
+        locked_sm_clocks_mhz: ``(min, max)`` if SM clocks are locked, ``None`` if they float.
+    """
+
+    power_limit_w: float
+    locked_sm_clocks_mhz: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -56,3 +96,31 @@ class Device(ABC):
 
     def close(self) -> None:  # noqa: B027 - most devices hold nothing to release
         """Release handles and background threads."""
+
+    # -- knobs (GPUs); devices without knobs keep these defaults ---------------------------------------
+
+    @property
+    def knob_key(self) -> str | None:
+        """A stable identity to reopen this device by after a crash (``"nvml:<uuid>"``, ``"sim:<path>"``);
+        ``None`` for devices without knobs."""
+        return None
+
+    def knob_limits(self) -> KnobLimits | None:
+        """The allowed power-limit range and SM clocks, or ``None`` if the device has no knobs."""
+        return None
+
+    def knob_state(self) -> KnobState:
+        """Current knob settings."""
+        raise KnobError(f"{self.info.name} has no knobs")
+
+    def set_power_limit(self, watts: float) -> None:
+        """Set the power limit (watts, within :meth:`knob_limits`)."""
+        raise KnobError(f"{self.info.name} has no power limit to set")
+
+    def lock_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Lock SM clocks to a range of supported clocks."""
+        raise KnobError(f"{self.info.name} has no clocks to lock")
+
+    def unlock_sm_clocks(self) -> None:
+        """Let SM clocks float again."""
+        raise KnobError(f"{self.info.name} has no clocks to unlock")

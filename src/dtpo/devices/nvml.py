@@ -30,6 +30,7 @@ from typing import Any
 
 from dtpo.devices.base import Device, DeviceError, DeviceInfo
 from dtpo.devices.integrator import PowerIntegrator
+from dtpo.devices.nvml_knobs import NvmlKnobs
 
 NOT_INSTALLED = "nvidia-ml-py is not installed (pip install 'dtpo[nvidia]')"
 MIG_NOTE = ("mig: MIG mode is on and NVML measures only the whole GPU, so this is the energy of the whole GPU, "
@@ -215,7 +216,7 @@ def visible_gpus(env: Mapping[str, str] = os.environ) -> list[tuple[int, str]]:
         nvml.nvmlShutdown()
 
 
-class NvmlGpu(Device):
+class NvmlGpu(NvmlKnobs, Device):
     """One physical GPU: its energy counter if it has one (``nvml-counter``), else polled power (``nvml-polled``).
 
     Args:
@@ -372,3 +373,18 @@ def open_nvml_gpus(local_rank: int | None = None, poll_interval_s: float = 0.1,
         raise DeviceError(_why(nvml, exc)) from None
     finally:
         nvml.nvmlShutdown()
+
+
+def open_nvml_by_uuid(uuid: str) -> NvmlGpu:
+    """Open the physical GPU with this UUID, whatever its index now (used to restore journaled knobs)."""
+    nvml = _pynvml()
+    _init(nvml)
+    try:
+        match = next((g for g in _list_gpus(nvml) if g.uuid == uuid), None)
+    except nvml.NVMLError as exc:
+        raise DeviceError(f"cannot list GPUs: {_why(nvml, exc)}") from None
+    finally:
+        nvml.nvmlShutdown()
+    if match is None:
+        raise DeviceError(f"no GPU with UUID {uuid} on this machine")
+    return NvmlGpu(match.index, detail=match.uuid)

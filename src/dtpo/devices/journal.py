@@ -1,0 +1,159 @@
+"""The knob journal: a device's original settings, written before dtpo first changes it.
+
+The journal is a JSON file per machine (``$DTPO_STATE_DIR/knobs-journal.json``, default
+``/var/tmp/dtpo``, which survives reboots). An entry exists exactly while a device may be left changed: it
+is written (and fsynced) before the first change and removed once the original settings are back. A
+process killed with SIGKILL, or a power cut, leaves its entries behind, and the next dtpo start on that
+machine restores them (:func:`restore_pending`, also ``dtpo restore``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from dtpo.core.errors import DtpoError
+from dtpo.core.record import write_json_atomic
+from dtpo.devices.base import Device, DeviceError, KnobState
+
+JOURNAL_SCHEMA = "dtpo.knobs-journal/1"
+
+# Reopen a device from its knob key, by the key's prefix ("nvml", "sim").
+Opener = Callable[[str], Device]
+
+
+def state_dir() -> Path:
+    """Where machine-wide dtpo state lives: ``$DTPO_STATE_DIR``, else ``/var/tmp/dtpo``."""
+    return Path(os.environ.get("DTPO_STATE_DIR") or "/var/tmp/dtpo")
+
+
+class JournalError(DtpoError):
+    """The journal cannot be read or written; the message says what to do."""
+
+
+class KnobJournal:
+    """Original knob settings of the devices dtpo has changed on this machine.
+
+    Args:
+        path: The journal file (default: ``state_dir() / "knobs-journal.json"``).
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or state_dir() / "knobs-journal.json"
+
+    def entries(self) -> dict[str, dict[str, Any]]:
+        """Entries by knob key; empty when there is no journal."""
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, json.JSONDecodeError) as exc:
+            raise JournalError(f"knob journal {self.path} is unreadable or corrupt ({exc}); restore the devices by "
+                               "hand (nvidia-smi -rgc; nvidia-smi -pl <default>), then delete it") from None
+        if not isinstance(data, dict) or data.get("schema") != JOURNAL_SCHEMA or not isinstance(
+                data.get("entries"), dict):
+            raise JournalError(f"knob journal {self.path} is not a dtpo journal ({JOURNAL_SCHEMA}); restore the "
+                               "devices by hand, then delete it")
+        return data["entries"]
+
+    def remember(self, device: Device) -> bool:
+        """Save a device's current settings as its original ones, unless already saved.
+
+        Returns:
+            True if a new entry was written.
+        """
+        key = device.knob_key
+        if key is None:
+            raise DeviceError(f"{device.info.name} has no knobs to journal")
+        entries = self.entries()
+        if key in entries:
+            return False  # the first original wins: it is the state before anyone changed it
+        entries[key] = {"device": device.info.name, "original": asdict(device.knob_state()), "pid": os.getpid(),
+                        "host": socket.gethostname(),
+                        "since": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+        self._write(entries)
+        return True
+
+    def forget(self, key: str) -> None:
+        """Remove an entry once its device is back to its original settings."""
+        entries = self.entries()
+        if entries.pop(key, None) is not None:
+            self._write(entries)
+
+    def original(self, key: str) -> KnobState | None:
+        """The saved original settings of a device, if journaled."""
+        entry = self.entries().get(key)
+        if entry is None:
+            return None
+        locked = entry["original"].get("locked_sm_clocks_mhz")
+        return KnobState(entry["original"]["power_limit_w"], tuple(locked) if locked else None)
+
+    def _write(self, entries: dict[str, Any]) -> None:
+        try:
+            if entries:
+                write_json_atomic(self.path, {"schema": JOURNAL_SCHEMA, "entries": entries})
+            else:
+                self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise JournalError(f"cannot write the knob journal {self.path}: {exc.strerror or exc} "
+                               "(set DTPO_STATE_DIR to a writable folder)") from None
+
+
+def apply_state(device: Device, state: KnobState) -> None:
+    """Put a device's knobs into ``state``."""
+    device.set_power_limit(state.power_limit_w)
+    if state.locked_sm_clocks_mhz is None:
+        device.unlock_sm_clocks()
+    else:
+        device.lock_sm_clocks(*state.locked_sm_clocks_mhz)
+
+
+def open_by_key(key: str) -> Device:
+    """Reopen a device from its knob key (``nvml:<uuid>``, ``sim:<state file>``)."""
+    prefix, _, rest = key.partition(":")
+    if prefix == "nvml":
+        from dtpo.devices.nvml import open_nvml_by_uuid
+
+        return open_nvml_by_uuid(rest)
+    if prefix == "sim":
+        from dtpo.devices.simulated import reopen_simulated
+
+        return reopen_simulated(rest)
+    raise DeviceError(f"unknown device kind in journal key {key!r}")
+
+
+def restore_pending(journal: KnobJournal | None = None, opener: Opener = open_by_key,
+                    log: Callable[[str], None] | None = None) -> list[str]:
+    """Restore every device a previous dtpo process left changed on this machine.
+
+    Returns:
+        One line per device: restored, or why it could not be (its entry is then kept).
+    """
+    journal = journal or KnobJournal()
+    lines = []
+    for key, entry in journal.entries().items():
+        original = journal.original(key)
+        assert original is not None
+        try:
+            device = opener(key)
+            try:
+                apply_state(device, original)
+            finally:
+                device.close()
+        except DeviceError as exc:
+            lines.append(f"could not restore {entry.get('device', key)}: {exc}; it stays in {journal.path}")
+            continue
+        journal.forget(key)
+        clocks = "locked clocks reset" if original.locked_sm_clocks_mhz is None else "clocks relocked"
+        lines.append(f"restored {entry.get('device', key)} (left by pid {entry.get('pid')}): power limit "
+                     f"{original.power_limit_w:g} W, {clocks}")
+    if log is not None:
+        for line in lines:
+            log(line)
+    return lines

@@ -1,0 +1,145 @@
+"""Changing GPU knobs safely: validated, journaled first, dry-run and observe modes, always restored.
+
+Modes:
+
+* ``apply``: validate, journal the original settings, then change the device.
+* ``dry-run``: validate and log what would be set; touch nothing.
+* ``observe``: touch nothing. A controller in ``apply`` mode that meets "no permission" says so in one
+  line and continues in ``observe`` mode, so training goes on.
+
+The original settings come back on :meth:`KnobController.restore`, on leaving the ``with`` block (normal
+exit or exception), on SIGINT and SIGTERM; after SIGKILL or a power cut, the journal lets the next dtpo
+start restore them (:func:`dtpo.devices.journal.restore_pending`).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+from dtpo.core.errors import ConfigError
+from dtpo.devices.base import Device, KnobError, KnobLimits
+from dtpo.devices.journal import KnobJournal, apply_state
+
+KnobMode = Literal["apply", "dry-run", "observe"]
+KNOB_MODES: tuple[str, ...] = ("apply", "dry-run", "observe")
+
+
+def _stderr(line: str) -> None:
+    print(f"dtpo knobs: {line}", file=sys.stderr, flush=True)
+
+
+class KnobController:
+    """The only way dtpo changes a device's knobs.
+
+    Args:
+        mode: ``"apply"``, ``"dry-run"`` or ``"observe"``.
+        journal: Where original settings are saved (default: the machine's journal).
+        log: Receives one line per action.
+    """
+
+    def __init__(self, mode: str = "apply", journal: KnobJournal | None = None,
+                 log: Callable[[str], None] = _stderr) -> None:
+        if mode not in KNOB_MODES:
+            raise ConfigError(f"unknown knob mode {mode!r} (choose from: {', '.join(KNOB_MODES)})")
+        self.mode: str = mode
+        self.journal = journal or KnobJournal()
+        self.log = log
+        self._changed: dict[str, Device] = {}
+        self._old_handlers: dict[int, Any] = {}
+
+    def set_power_limit(self, device: Device, watts: float) -> bool:
+        """Set a power limit within the device's range.
+
+        Returns:
+            True if the device was changed.
+
+        Raises:
+            ConfigError: The limit is outside the device's range (nothing is changed).
+        """
+        limits = self._limits(device)
+        if not limits.min_power_limit_w <= watts <= limits.max_power_limit_w:
+            raise ConfigError(f"power limit {watts:g} W is outside the range of {device.info.name}: "
+                              f"{limits.min_power_limit_w:g}-{limits.max_power_limit_w:g} W")
+        return self._change(device, f"power limit {watts:g} W", lambda: device.set_power_limit(watts))
+
+    def lock_sm_clock(self, device: Device, mhz: int) -> bool:
+        """Lock the SM clock to one supported frequency.
+
+        Raises:
+            ConfigError: The device does not support that clock (nothing is changed).
+        """
+        limits = self._limits(device)
+        if mhz not in limits.sm_clocks_mhz:
+            near = sorted(limits.sm_clocks_mhz, key=lambda c: abs(c - mhz))[:2]
+            hint = f"; nearest supported: {', '.join(f'{c} MHz' for c in sorted(near))}" if near else \
+                "; it has no lockable clocks"
+            raise ConfigError(f"SM clock {mhz} MHz is not supported by {device.info.name}{hint}")
+        return self._change(device, f"SM clock locked at {mhz} MHz", lambda: device.lock_sm_clocks(mhz, mhz))
+
+    def restore(self) -> None:
+        """Put every device this controller changed back to its journaled original settings."""
+        for key, device in list(self._changed.items()):
+            original = self.journal.original(key)
+            if original is not None:
+                apply_state(device, original)
+                self.journal.forget(key)
+                self.log(f"restored {device.info.name}: power limit {original.power_limit_w:g} W, clocks unlocked"
+                         if original.locked_sm_clocks_mhz is None else f"restored {device.info.name}")
+            del self._changed[key]
+
+    def __enter__(self) -> KnobController:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old_handlers[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.restore()
+        finally:
+            for sig, handler in self._old_handlers.items():
+                signal.signal(sig, handler)
+            self._old_handlers.clear()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.restore()
+        previous = self._old_handlers.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    def _limits(self, device: Device) -> KnobLimits:
+        limits = device.knob_limits()
+        if limits is None:
+            raise ConfigError(f"{device.info.name} has no power or clock knobs")
+        return limits
+
+    def _change(self, device: Device, what: str, change: Callable[[], None]) -> bool:
+        if self.mode == "observe":
+            self.log(f"observe mode: {device.info.name} {what} not applied")
+            return False
+        if self.mode == "dry-run":
+            self.log(f"dry run: would set {device.info.name} {what}")
+            return False
+        key = device.knob_key
+        assert key is not None
+        new_entry = self.journal.remember(device)  # before the first change, so a crash can be undone
+        try:
+            change()
+        except KnobError as exc:
+            if new_entry and key not in self._changed:
+                self.journal.forget(key)  # nothing was changed
+            if exc.permission:
+                self.log(f"{exc}; continuing in observe mode")
+                self.mode = "observe"
+                return False
+            raise
+        self._changed[key] = device
+        self.log(f"set {device.info.name} {what}")
+        return True
