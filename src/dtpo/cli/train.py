@@ -14,7 +14,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord, new_run_id
 from dtpo.dist.launch import LaunchOutcome, launch, parse_launch_args
 from dtpo.examples import get_workload
-from dtpo.session.config import EnergyConfig, SessionConfig
+from dtpo.session.config import EnergyConfig, KnobConfig, SessionConfig
 
 
 @dataclass
@@ -31,6 +31,7 @@ class TrainOptions:
         lr: Learning rate (``None``: the workload's default).
         seed: Seed for the model and the data.
         energy: Measurement of energy: on/off, CPU TDP, grid intensity, price.
+        knobs: GPU power limit / SM clock for the run, and whether to apply, dry-run or only observe.
     """
 
     workload: str = "lm"
@@ -42,6 +43,7 @@ class TrainOptions:
     lr: float | None = None
     seed: int = 0
     energy: EnergyConfig = field(default_factory=EnergyConfig)
+    knobs: KnobConfig = field(default_factory=KnobConfig)
 
     def __post_init__(self) -> None:
         get_workload(self.workload)  # raises ConfigError naming the choices
@@ -63,6 +65,12 @@ class TrainOptions:
             if value is not None:
                 args += [flag, str(value)]
         args += ["--grid-intensity", str(energy.grid_g_per_kwh)]
+        knobs = self.knobs
+        for flag, value in (("--power-limit", knobs.power_limit_w), ("--sm-clock", knobs.sm_clock_mhz)):
+            if value is not None:
+                args += [flag, str(value)]
+        if knobs.requested:
+            args += ["--knob-mode", knobs.mode]
         return args + ([] if energy.enabled else ["--no-energy"])
 
 
@@ -97,11 +105,17 @@ def train_command(
     cpu_tdp: float = typer.Option(None, help="CPU TDP in watts for the modelled CPU (default: a table)."),
     grid_intensity: float = typer.Option(475.0, help="Grid carbon intensity, g CO2e per kWh."),
     price_per_kwh: float = typer.Option(None, help="Electricity price per kWh, for the cost figure."),
+    power_limit: float = typer.Option(None, help="GPU power limit (W) for the run; restored afterwards."),
+    sm_clock: int = typer.Option(None, help="Lock GPU SM clocks at this supported MHz for the run."),
+    knob_mode: str = typer.Option("apply", help="apply, dry-run (log what would be set) or observe."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Same as --knob-mode dry-run."),
 ) -> None:
     """Train a built-in example workload on local workers and print where the time and energy went."""
     energy_config = EnergyConfig(enabled=energy, cpu_tdp_w=cpu_tdp, grid_g_per_kwh=grid_intensity,
                                  price_per_kwh=price_per_kwh)
-    options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, lr, seed, energy_config)
+    knobs = KnobConfig(power_limit, sm_clock, "dry-run" if dry_run else knob_mode)
+    options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, lr, seed, energy_config,
+                           knobs)
     check_workers(workers)
     outcome = launch_training(options, workers, run_dir or Path("runs") / new_run_id())
     record: RunRecord | None = conclude_run(outcome)

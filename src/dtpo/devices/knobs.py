@@ -80,6 +80,11 @@ class KnobController:
             raise ConfigError(f"SM clock {mhz} MHz is not supported by {device.info.name}{hint}")
         return self._change(device, f"SM clock locked at {mhz} MHz", lambda: device.lock_sm_clocks(mhz, mhz))
 
+    def unlock_sm_clocks(self, device: Device) -> bool:
+        """Let a device's SM clocks float again (the driver's default)."""
+        self._limits(device)
+        return self._change(device, "SM clocks unlocked", device.unlock_sm_clocks)
+
     def restore(self) -> None:
         """Put every device this controller changed back to its journaled original settings."""
         for key, device in list(self._changed.items()):

@@ -17,7 +17,7 @@ import torch
 import dtpo
 from dtpo.core.errors import DtpoError
 from dtpo.examples import get_workload
-from dtpo.session.config import EnergyConfig
+from dtpo.session.config import EnergyConfig, KnobConfig
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--cpu-tdp", type=float, default=None, help="CPU TDP (W) for the modelled CPU")
     parser.add_argument("--grid-intensity", type=float, default=475.0, help="g CO2e per kWh")
     parser.add_argument("--price-per-kwh", type=float, default=None)
+    parser.add_argument("--power-limit", type=float, default=None, help="GPU power limit (W) for the run")
+    parser.add_argument("--sm-clock", type=int, default=None, help="lock GPU SM clocks at this MHz for the run")
+    parser.add_argument("--knob-mode", default="apply", help="apply, dry-run or observe")
     return parser.parse_args(argv)
 
 
@@ -50,7 +53,8 @@ def train(args: argparse.Namespace) -> None:
     energy = EnergyConfig(enabled=not args.no_energy, cpu_tdp_w=args.cpu_tdp, grid_g_per_kwh=args.grid_intensity,
                           price_per_kwh=args.price_per_kwh)
     session = dtpo.Session(precision=args.precision, strategy=args.strategy, grad_accum=args.grad_accum,
-                           warmup_steps=args.warmup_steps, run_dir=args.run_dir, config=config, energy=energy)
+                           warmup_steps=args.warmup_steps, run_dir=args.run_dir, config=config, energy=energy,
+                           knobs=KnobConfig(args.power_limit, args.sm_clock, args.knob_mode))
     with session:
         torch.manual_seed(args.seed)  # identical initial replicas on every rank
         model = session.wrap(workload.build_model())

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from dtpo.core.errors import ConfigError
+from dtpo.devices.knobs import KNOB_MODES
 from dtpo.dist.wrap import STRATEGIES
 from dtpo.session.precision import PRECISIONS
 
@@ -88,6 +89,39 @@ class EnergyConfig:
             raise ConfigError(f"grid intensity must be >= 0 g/kWh, got {self.grid_g_per_kwh:g}")
         if self.price_per_kwh is not None and self.price_per_kwh < 0:
             raise ConfigError(f"price per kWh must be >= 0, got {self.price_per_kwh:g}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+@dataclass
+class KnobConfig:
+    """GPU knobs a Session sets on this rank's GPU for the run, and restores at the end.
+
+    Attributes:
+        power_limit_w: Power limit in watts, if any.
+        sm_clock_mhz: Lock SM clocks at this supported frequency, if any.
+        mode: ``"apply"`` (change the GPU; falls back to ``observe`` without permission), ``"dry-run"`` (log
+            what would be set, touch nothing) or ``"observe"`` (touch nothing).
+    """
+
+    power_limit_w: float | None = None
+    sm_clock_mhz: int | None = None
+    mode: str = "apply"
+
+    def __post_init__(self) -> None:
+        if self.mode not in KNOB_MODES:
+            raise ConfigError(f"unknown knob mode {self.mode!r} (choose from: {', '.join(KNOB_MODES)})")
+        if self.power_limit_w is not None and not self.power_limit_w > 0:
+            raise ConfigError(f"--power-limit must be a positive number of watts, got {self.power_limit_w:g}")
+        if self.sm_clock_mhz is not None and self.sm_clock_mhz <= 0:
+            raise ConfigError(f"--sm-clock must be a positive number of MHz, got {self.sm_clock_mhz}")
+
+    @property
+    def requested(self) -> bool:
+        """True when any knob is to be set."""
+        return self.power_limit_w is not None or self.sm_clock_mhz is not None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""

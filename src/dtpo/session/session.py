@@ -52,8 +52,9 @@ from dtpo.dist.comm_timing import TimedCommHook
 from dtpo.dist.process_group import DistContext, join, leave
 from dtpo.dist.wrap import wrap_model
 from dtpo.session.clock import clock_for
-from dtpo.session.config import EnergyConfig, SessionConfig
+from dtpo.session.config import EnergyConfig, KnobConfig, SessionConfig
 from dtpo.session.environment import describe_device, environment
+from dtpo.session.gpu_knobs import rank_gpus, start_knobs
 from dtpo.session.mfu import peak_flops
 from dtpo.session.precision import Precision
 from dtpo.session.step_energy import StepEnergy, write_power_timeline
@@ -80,6 +81,8 @@ class Session:
         summary: Print the summary table on rank 0 at :meth:`finish` (``dtpo launch`` prints it instead).
         count_flops: Count model FLOPs on the first step, for MFU.
         flush_every: Write this rank's partial record every N steps.
+        knobs: GPU power limit / SM clock to hold for the run on this rank's GPU (restored at the end, on a
+            signal, or by the next dtpo start after a crash); see :class:`KnobConfig` for dry-run and observe.
     """
 
     def __init__(self, precision: str = "32-true", strategy: str = "ddp", grad_accum: int = 1,
@@ -87,10 +90,11 @@ class Session:
                  run_dir: str | os.PathLike[str] | None = None, device: torch.device | str | None = None,
                  backend: str | None = None, config: dict[str, Any] | None = None,
                  energy: bool | EnergyConfig = True, progress: bool = True, summary: bool = True,
-                 count_flops: bool = True, flush_every: int = 50) -> None:
+                 count_flops: bool = True, flush_every: int = 50, knobs: KnobConfig | None = None) -> None:
         self.config = SessionConfig(precision, strategy, grad_accum, warmup_steps, max_grad_norm,
                                     count_flops, flush_every)
         self.energy_config = energy if isinstance(energy, EnergyConfig) else EnergyConfig(enabled=bool(energy))
+        self.knob_config = knobs or KnobConfig()
         self.ctx: DistContext = join(device, backend)
         self.device = self.ctx.device
         self.precision = Precision(precision, self.device)
@@ -103,6 +107,7 @@ class Session:
             run_id=self.run_dir.name, status="running",
             started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             config={"session": self.config.to_dict(), "energy": self.energy_config.to_dict(),
+                    "knobs": self.knob_config.to_dict(),
                     "world_size": self.ctx.world_size, **(config or {})},
             environment=environment(self.ctx))
         peak = peak_flops(self.device, self.precision.compute_dtype) if count_flops else None
@@ -116,6 +121,9 @@ class Session:
         self._energy = self._start_energy()
         self._reset_step_state()
         self._install_sigterm_flush()
+        self._knobs = start_knobs(self.knob_config, rank_gpus(
+            self._energy.discovery.devices if self._energy is not None else None, self.ctx.local_rank,
+            self.device.type == "cuda")) if self.knob_config.requested else None
 
     # -- where this rank is ---------------------------------------------------------------------------
 
@@ -265,6 +273,9 @@ class Session:
             self._progress.close()
         now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         self._stop_energy()
+        if self._knobs is not None:
+            self._knobs.__exit__(None, None, None)  # the GPU's original settings back, before anything else
+            self._knobs = None
         if error is not None:
             self._rank.error = f"{type(error).__name__}: {error}"
             self._flush(status="failed")
