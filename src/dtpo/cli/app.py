@@ -1,4 +1,4 @@
-"""The ``dtpo`` command: launch, train, bench, monitor, restore.
+"""The ``dtpo`` command: launch, train, bench, monitor, simulate, restore.
 
 Errors a user can cause end in one line on stderr and exit code 2, never a traceback.
 """
@@ -15,6 +15,7 @@ from dtpo.cli.launch import HELP as LAUNCH_HELP
 from dtpo.cli.launch import launch_command
 from dtpo.cli.monitor import monitor_command
 from dtpo.cli.restore import restore_at_start, restore_command
+from dtpo.cli.simulate import simulate_command
 from dtpo.cli.train import train_command
 from dtpo.core.errors import DtpoError
 from dtpo.devices.base import DeviceError
@@ -28,6 +29,7 @@ app.command("train")(train_command)
 app.command("bench")(bench_command)
 app.command("monitor")(monitor_command)
 app.command("restore")(restore_command)
+app.command("simulate")(simulate_command)
 
 
 def _one_line(text: str) -> str:

@@ -101,12 +101,9 @@ def watts_per_cpu(model: str, cpu_tdp_w: float | None = None, n_cpus: int = 1) -
     return DEFAULT_W_PER_CPU, f"default {DEFAULT_W_PER_CPU:g} W per logical CPU ({model or 'unknown CPU'} not in table)"
 
 
-def read_cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
-    """(busy, total) jiffies over all CPUs from the aggregate ``cpu`` line of ``/proc/stat``."""
-    try:
-        fields = stat.read_text().split("\n", 1)[0].split()
-    except OSError as exc:
-        raise DeviceError(f"cannot read {stat} for the CPU load model: {exc.strerror or exc}") from None
+def _parse_cpu_line(line: str, stat: Path) -> tuple[int, int]:
+    """(busy, total) jiffies from the aggregate ``cpu`` line of ``/proc/stat``."""
+    fields = line.split()
     if not fields or fields[0] != "cpu":
         raise DeviceError(f"{stat} has no aggregate 'cpu' line")
     values = [int(v) for v in fields[1:]]
@@ -115,26 +112,78 @@ def read_cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
     return total - idle, total
 
 
+def read_cpu_times(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
+    """(busy, total) jiffies over all CPUs from the aggregate ``cpu`` line of ``/proc/stat``."""
+    try:
+        line = stat.read_text().split("\n", 1)[0]
+    except OSError as exc:
+        raise DeviceError(f"cannot read {stat} for the CPU load model: {exc.strerror or exc}") from None
+    return _parse_cpu_line(line, stat)
+
+
+class ProcStatReader:
+    """:func:`read_cpu_times` through one file descriptor kept open and re-read from offset 0.
+
+    The power sampler reads the CPU load at every tick (10 Hz by default); opening ``/proc/stat`` by path and
+    decoding the whole file each time cost about as much again as the kernel's work to produce it, in a
+    thread that wakes with cold caches. ``pread`` at offset 0 makes the kernel regenerate the file, so every
+    read is fresh; only the first line is decoded.
+
+    Args:
+        stat: The file to read (tests pass a fake one).
+    """
+
+    def __init__(self, stat: Path = Path("/proc/stat")) -> None:
+        self.stat = stat
+        try:
+            self._fd: int | None = os.open(stat, os.O_RDONLY)
+        except OSError as exc:
+            raise DeviceError(f"cannot read {stat} for the CPU load model: {exc.strerror or exc}") from None
+
+    def __call__(self) -> tuple[int, int]:
+        """(busy, total) jiffies now."""
+        if self._fd is None:
+            raise DeviceError(f"{self.stat} is closed")
+        try:
+            head = os.pread(self._fd, 4096, 0)  # the aggregate line comes first and is far shorter
+        except OSError as exc:
+            raise DeviceError(f"cannot read {self.stat} for the CPU load model: {exc.strerror or exc}") from None
+        return _parse_cpu_line(head.split(b"\n", 1)[0].decode("ascii", "replace"), self.stat)
+
+    def close(self) -> None:
+        """Close the file descriptor. Idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 class ModelledCpu(Device):
     """The node's CPUs, modelled from TDP and measured load. Always ``estimated``.
 
     Args:
         cpu_tdp_w: The user's TDP figure for the CPUs this node exposes, if any.
         n_cpus: Logical CPUs of the node (default: ``os.cpu_count()``).
-        read_times: Returns (busy, total) CPU time; injectable for tests.
+        read_times: Returns (busy, total) CPU time; injectable for tests (default: a :class:`ProcStatReader`
+            on ``/proc/stat``, closed by :meth:`close`).
         clock: Monotonic clock; injectable for tests.
     """
 
     def __init__(self, cpu_tdp_w: float | None = None, n_cpus: int | None = None,
-                 read_times: Callable[[], tuple[int, int]] = read_cpu_times,
+                 read_times: Callable[[], tuple[int, int]] | None = None,
                  clock: Callable[[], float] = time.monotonic, model: str | None = None) -> None:
         self.n_cpus = n_cpus or os.cpu_count() or 1
         self.model = read_cpu_model() if model is None else model
         self.w_per_cpu, self.tdp_source = watts_per_cpu(self.model, cpu_tdp_w, self.n_cpus)
-        self._read_times = read_times
+        self._reader = ProcStatReader() if read_times is None else None
+        self._read_times: Callable[[], tuple[int, int]] = read_times or self._reader  # type: ignore[assignment]
         self._clock = clock
         self._lock = threading.Lock()
-        self._last_times = read_times()
+        self._closed = False
+        try:
+            self._last_times = self._read_times()
+        except DeviceError:
+            self.close()
+            raise
         self._last_t = clock()
         self._energy = 0.0
         self._last_power: float | None = None
@@ -149,8 +198,10 @@ class ModelledCpu(Device):
         return self.n_cpus * self.w_per_cpu * (IDLE_SHARE + (1 - IDLE_SHARE) * u)
 
     def energy_j(self) -> float:
-        """Modelled joules since opening, integrated up to now."""
+        """Modelled joules since opening, integrated up to now (up to :meth:`close`, once closed)."""
         with self._lock:
+            if self._closed:
+                return self._energy
             busy, total = self._read_times()
             now = self._clock()
             d_busy, d_total = busy - self._last_times[0], total - self._last_times[1]
@@ -165,6 +216,14 @@ class ModelledCpu(Device):
     def power_w(self) -> float | None:
         """Modelled power over the interval between the last two reads."""
         return self._last_power
+
+    def close(self) -> None:
+        """Close ``/proc/stat``; :meth:`energy_j` then keeps returning the energy up to the last read."""
+        with self._lock:
+            self._closed = True
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
 
 
 class ModelledDram(Device):

@@ -1,0 +1,141 @@
+"""``dtpo simulate``: a training job on simulated GPUs, at one knob setting or swept over a knob.
+
+Every figure it prints is simulated (from a model calibrated on measured traces, or the parametric
+physical model), never a measurement; the output says which model ran and what it assumes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from dtpo.core.errors import ConfigError
+from dtpo.core.record import write_json_atomic
+from dtpo.plan.gpu_model import known_workloads
+from dtpo.plan.power_specs import POWER_SPECS
+from dtpo.plan.simulated_job import SWEEPS, JobConfig, SettingResult, SimulatedJob, optimal
+from dtpo.telemetry.summary import make_console
+
+SIMULATE_SCHEMA = "dtpo.simulate/1"
+MODEL_CHOICES = ("auto", "calibrated", "parametric")
+BAR_WIDTH = 10
+
+
+def parse_straggler(text: str | None) -> tuple[int, float] | None:
+    """``"3:1.25"`` -> rank 3 computes 1.25x slower."""
+    if not text:
+        return None
+    rank, sep, factor = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return int(rank), float(factor)
+    except ValueError:
+        raise ConfigError(f"--straggler must be RANK:FACTOR, e.g. 3:1.2, got {text!r}") from None
+
+
+def _bar(value: float, low: float, high: float) -> str:
+    """A bar whose length grows from the best (``low``) to the worst (``high``) value."""
+    if high <= low:
+        return "▏"
+    filled = 1 + round((value - low) / (high - low) * (BAR_WIDTH - 1))
+    return "█" * filled
+
+
+def results_table(results: list[SettingResult], reference: SettingResult, title: str, caption: str) -> Table:
+    """One row per setting: time, energy, power, J/sample, against ``reference``, the optima marked."""
+    best_energy, best_time = optimal(results)
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    sweep = len(results) > 1
+    for name in ("limit W", "lock MHz", "SM MHz", "time s", "samples/s", "kJ", "W/GPU", "J/sample", "ΔE", "Δt"):
+        table.add_column(name, justify="right", no_wrap=True)
+    if sweep:
+        table.add_column("J/sample", no_wrap=True)
+        table.add_column("best", no_wrap=True)
+    low = min(r.joules_per_sample for r in results)
+    high = max(r.joules_per_sample for r in results)
+    for r in results:
+        marks = []
+        if r is best_energy:
+            marks.append("[green]energy[/]")
+        if r is best_time:
+            marks.append("[cyan]time[/]")
+        table.add_row(
+            f"{r.power_limit_w:g}", "-" if r.sm_clock_mhz is None else str(r.sm_clock_mhz),
+            f"{r.effective_clock_mhz:,.0f}", f"{r.time_s:,.1f}", f"{r.samples_per_s:,.1f}",
+            f"{r.energy_j / 1e3:,.1f}", f"{r.average_power_w:,.0f}", f"{r.joules_per_sample:.4g}",
+            f"{(r.energy_j / reference.energy_j - 1) * 100:+.1f}%", f"{(r.time_s / reference.time_s - 1) * 100:+.1f}%",
+            *([_bar(r.joules_per_sample, low, high), ", ".join(marks)] if sweep else []))
+    return table
+
+
+def simulate_command(
+    gpu: str = typer.Option("A40", "--gpu", help="GPU model: A40, V100, H100-SXM, A100-SXM, MI250X."),
+    workload: str = typer.Option("resnet50", "--workload", "-w", help="Workload (see --list)."),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Per-GPU batch (default: the model's)."),
+    gpus: int = typer.Option(8, "--gpus", help="Number of data-parallel GPUs."),
+    steps: int = typer.Option(1000, "--steps", help="Training steps per setting."),
+    power_limit: float | None = typer.Option(None, "--power-limit", help="Power limit in watts on every GPU."),
+    sm_clock: int | None = typer.Option(None, "--sm-clock", help="Lock SM clocks at this supported MHz."),
+    sweep: str | None = typer.Option(None, "--sweep", help="Sweep a knob: power-limit or sm-clock."),
+    model: str = typer.Option("auto", "--model",
+                              help="auto (calibrated where a measured trace exists), calibrated, parametric."),
+    straggler: str | None = typer.Option(None, "--straggler", help="RANK:FACTOR, one GPU that much slower."),
+    noise: float = typer.Option(0.01, "--noise", help="Relative noise (std) on step time and power."),
+    counter_period: float = typer.Option(0.1, "--counter-period", help="Energy-counter update period (s)."),
+    seed: int = typer.Option(0, "--seed", help="Noise seed."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+    list_models: bool = typer.Option(False, "--list", help="List GPU models and workloads, then exit."),
+) -> None:
+    """Simulate a training job on GPUs under power limits and SM clocks: time, energy, J/sample."""
+    console = make_console()
+    if list_models:
+        console.print("GPU models: " + ", ".join(f"{s.name} ({s.min_power_w:g}-{s.max_power_w:g} W)"
+                                                 for s in POWER_SPECS))
+        console.print("workloads: " + ", ".join(known_workloads()))
+        return
+    if model not in MODEL_CHOICES:
+        raise ConfigError(f"--model must be one of {', '.join(MODEL_CHOICES)}, got {model!r}")
+    if sweep is not None and sweep not in SWEEPS:
+        raise ConfigError(f"--sweep must be one of {', '.join(SWEEPS)}, got {sweep!r}")
+    if sweep == "power-limit" and power_limit is not None or sweep == "sm-clock" and sm_clock is not None:
+        raise ConfigError(f"--sweep {sweep} already sets that knob; drop the fixed value")
+    config = JobConfig(gpu=gpu, workload=workload, gpus=gpus, steps=steps, batch_size=batch_size,
+                       calibrated={"auto": None, "calibrated": True, "parametric": False}[model], seed=seed,
+                       time_noise=noise, power_noise=noise, counter_period_s=counter_period,
+                       straggler=parse_straggler(straggler))
+    with SimulatedJob(config) as job:
+        baseline = job.run()  # the default settings: maximum power limit, clocks floating
+        if sweep is None:
+            results = [job.run(power_limit, sm_clock)]
+        else:
+            results = job.sweep(sweep, power_limit_w=power_limit, sm_clock_mhz=sm_clock)
+        m = job.model
+    kind = "calibrated on a measured trace" if m.calibrated else "parametric model"
+    title = (f"simulated: {gpus} x {m.spec.name}, {m.workload}, batch {m.batch_size}/GPU, {steps} steps "
+             f"per setting ({kind})")
+    caption = ("All figures are simulated, not measured. Communication and data loading are not modelled. "
+               "ΔE, Δt: energy and time against the default (maximum power limit, clocks floating).")
+    if config.straggler:
+        caption += f" Straggler: rank {config.straggler[0]} x{config.straggler[1]:g}."
+    console.print(results_table(results, baseline, title, caption))
+    if len(results) > 1:
+        best_energy, best_time = optimal(results)
+        console.print(f"energy-optimal: {_setting(best_energy)}, {best_energy.joules_per_sample:.4g} J/sample; "
+                      f"time-optimal: {_setting(best_time)}, {best_time.samples_per_s:,.1f} samples/s")
+    console.print("model assumptions: " + "; ".join(m.assumptions), style="dim")
+    if json_out is not None:
+        write_json_atomic(json_out, {"schema": SIMULATE_SCHEMA, "config": asdict(config), "gpu": m.spec.name,
+                                     "workload": m.workload, "batch_size": m.batch_size,
+                                     "calibrated": m.calibrated, "assumptions": list(m.assumptions),
+                                     "baseline": baseline.as_dict(),
+                                     "results": [r.as_dict() for r in results]})
+        console.print(f"results written to {json_out}")
+
+
+def _setting(result: SettingResult) -> str:
+    text = f"{result.power_limit_w:g} W"
+    return text + (f", SM {result.sm_clock_mhz} MHz" if result.sm_clock_mhz is not None else "")

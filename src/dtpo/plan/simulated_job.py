@@ -1,0 +1,235 @@
+"""A synchronous data-parallel training job on simulated GPUs, in simulated time.
+
+Each step every GPU computes its micro-batch (time and power from its model, with noise and an optional
+straggler); the step ends when the slowest GPU is done, and the others wait at idle power. Knobs are set
+through the same :class:`dtpo.devices.knobs.KnobController` as on real GPUs, so the journal and restore
+paths run for real; energy is read from the simulated GPUs' counters, which update only every counter
+period, exactly as a monitor would read NVML.
+
+Not modelled here (yet): gradient communication time and its power, host-side data loading; the step time
+is the slowest GPU's compute time. Say so wherever results are shown.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dtpo.core.errors import ConfigError
+from dtpo.devices.journal import KnobJournal, state_dir
+from dtpo.devices.knobs import KnobController
+from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig
+
+SWEEPS: tuple[str, ...] = ("power-limit", "sm-clock")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """A simulated job.
+
+    Attributes:
+        gpu: GPU model key (``dtpo simulate --list`` shows them).
+        workload: Workload name.
+        gpus: Number of GPUs (data-parallel ranks).
+        steps: Training steps per setting.
+        batch_size: Per-GPU batch (``None``: the model's default).
+        calibrated: Force the calibrated (True) or parametric (False) model; ``None`` picks calibrated where
+            a trace exists.
+        seed: Noise seed.
+        time_noise: Relative standard deviation of each step's compute time.
+        power_noise: Relative standard deviation of each step's power.
+        counter_period_s: Energy-counter update period.
+        straggler: ``(rank, factor)``: that rank computes ``factor`` times slower; ``None`` for none.
+    """
+
+    gpu: str
+    workload: str
+    gpus: int = 8
+    steps: int = 1000
+    batch_size: int | None = None
+    calibrated: bool | None = None
+    seed: int = 0
+    time_noise: float = 0.01
+    power_noise: float = 0.01
+    counter_period_s: float = 0.1
+    straggler: tuple[int, float] | None = None
+
+    def validate(self) -> None:
+        """Raise :class:`ConfigError` on values that cannot describe a job."""
+        if self.gpus < 1:
+            raise ConfigError(f"--gpus must be >= 1, got {self.gpus}")
+        if self.steps < 1:
+            raise ConfigError(f"--steps must be >= 1, got {self.steps}")
+        if self.straggler is not None:
+            rank, factor = self.straggler
+            if not 0 <= rank < self.gpus:
+                raise ConfigError(f"straggler rank {rank} is not one of the {self.gpus} GPUs (0-{self.gpus - 1})")
+            if factor <= 0:
+                raise ConfigError(f"straggler factor must be > 0, got {factor:g}")
+
+
+@dataclass(frozen=True)
+class SettingResult:
+    """What one knob setting did to the whole job.
+
+    Attributes:
+        power_limit_w: Power limit in force on every GPU.
+        sm_clock_mhz: Locked SM clock, or ``None`` when clocks float.
+        effective_clock_mhz: The clock the (non-straggler) GPUs settled at.
+        time_s: Simulated wall time of the job.
+        energy_j: Energy of all GPUs, read from their counters.
+        samples: Samples trained.
+        sync_wait_share: Fraction of GPU-time spent waiting for the slowest GPU.
+    """
+
+    power_limit_w: float
+    sm_clock_mhz: int | None
+    effective_clock_mhz: float
+    time_s: float
+    energy_j: float
+    samples: int
+    sync_wait_share: float
+    gpus: int
+
+    @property
+    def average_power_w(self) -> float:
+        """Mean power per GPU."""
+        return self.energy_j / self.time_s / self.gpus if self.time_s > 0 else 0.0
+
+    @property
+    def joules_per_sample(self) -> float:
+        """Energy per trained sample."""
+        return self.energy_j / self.samples
+
+    @property
+    def samples_per_s(self) -> float:
+        """Throughput of the whole job."""
+        return self.samples / self.time_s
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        """Plain values for JSON."""
+        return {"power_limit_w": self.power_limit_w, "sm_clock_mhz": self.sm_clock_mhz,
+                "effective_clock_mhz": self.effective_clock_mhz, "time_s": self.time_s,
+                "energy_j": self.energy_j, "average_power_w": self.average_power_w,
+                "joules_per_sample": self.joules_per_sample, "samples_per_s": self.samples_per_s,
+                "samples": self.samples, "sync_wait_share": self.sync_wait_share}
+
+
+class SimulatedJob:
+    """A data-parallel job on ``config.gpus`` simulated GPUs; use as a context manager.
+
+    Args:
+        config: The job.
+        controller: Changes knobs (default: ``apply`` mode on the machine's journal, logging nothing).
+        state_folder: Where the GPUs' state files live (default: ``state_dir()/sim/<pid>``, which survives a
+            crash so the journal can restore them).
+    """
+
+    def __init__(self, config: JobConfig, controller: KnobController | None = None,
+                 state_folder: Path | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.controller = controller or KnobController("apply", KnobJournal(), log=lambda _: None)
+        self.state_folder = state_folder or state_dir() / "sim" / str(os.getpid())
+        slow_rank, slow_factor = config.straggler or (-1, 1.0)
+        self.devices = [
+            SimulatedGpu(SimulatedGpuConfig(
+                config.gpu, config.workload, config.batch_size, config.calibrated, index=rank, seed=config.seed,
+                time_noise=config.time_noise, power_noise=config.power_noise,
+                counter_period_s=config.counter_period_s, slowdown=slow_factor if rank == slow_rank else 1.0),
+                self.state_folder / f"gpu{rank}.json")
+            for rank in range(config.gpus)]
+        self.model = self.devices[0].model
+
+    def __enter__(self) -> SimulatedJob:
+        self.controller.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.controller.__exit__(*exc)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Delete the state files of GPUs whose settings are back to the original (none left changed)."""
+        journal_keys = self.controller.journal.entries().keys() if self.controller.mode == "apply" else ()
+        for device in self.devices:
+            if device.knob_key not in journal_keys:
+                device.forget_state_file()
+        try:
+            self.state_folder.rmdir()
+        except OSError:
+            pass  # not empty (a GPU still journaled) or already gone
+
+    def run(self, power_limit_w: float | None = None, sm_clock_mhz: int | None = None) -> SettingResult:
+        """Set the knobs on every GPU (``None``: the default limit, clocks unlocked), then run the job."""
+        spec = self.model.spec
+        limit = spec.max_power_w if power_limit_w is None else power_limit_w
+        for device in self.devices:
+            if device.knob_state().power_limit_w != limit:
+                self.controller.set_power_limit(device, limit)
+            if sm_clock_mhz is not None:
+                if device.knob_state().locked_sm_clocks_mhz != (sm_clock_mhz, sm_clock_mhz):
+                    self.controller.lock_sm_clock(device, sm_clock_mhz)
+            elif device.knob_state().locked_sm_clocks_mhz is not None:
+                self.controller.unlock_sm_clocks(device)
+        steps = self.config.steps
+        drawn = [d.sample_steps(steps) for d in self.devices]
+        compute = np.stack([times for times, _ in drawn])
+        powers = np.stack([watts for _, watts in drawn])
+        step_s = compute.max(axis=0)
+        wait = step_s[None, :] - compute
+        before = [d.energy_j() for d in self.devices]
+        for rank, device in enumerate(self.devices):
+            device.advance(compute[rank], powers[rank], wait[rank])
+        energy = sum(d.energy_j() - b for d, b in zip(self.devices, before, strict=True))
+        fast = [d for d in self.devices if d.config.slowdown == 1.0] or self.devices
+        return SettingResult(
+            power_limit_w=limit, sm_clock_mhz=sm_clock_mhz,
+            effective_clock_mhz=fast[0].operating_point().sm_clock_mhz, time_s=float(step_s.sum()),
+            energy_j=float(energy), samples=steps * self.config.gpus * self.model.batch_size,
+            sync_wait_share=float(wait.sum() / (wait.sum() + compute.sum())), gpus=self.config.gpus)
+
+    def sweep(self, which: str, values: Sequence[float] | None = None, power_limit_w: float | None = None,
+              sm_clock_mhz: int | None = None) -> list[SettingResult]:
+        """Run the job at every value of one knob (``"power-limit"`` or ``"sm-clock"``), the other held fixed.
+
+        Args:
+            which: The knob to sweep.
+            values: Its values (default: :func:`sweep_values`).
+            power_limit_w: The limit held while sweeping clocks (default: the maximum).
+            sm_clock_mhz: The clock lock held while sweeping limits (default: none).
+        """
+        if values is None:
+            values = sweep_values(self.devices[0], which)
+        if which == "power-limit":
+            return [self.run(float(value), sm_clock_mhz) for value in values]
+        return [self.run(power_limit_w, int(value)) for value in values]
+
+
+def sweep_values(device: SimulatedGpu, which: str, points: int = 13) -> list[float]:
+    """Default sweep: power limits from min to max in even steps, or ``points`` supported SM clocks."""
+    limits = device.knob_limits()
+    assert limits is not None
+    if which == "power-limit":
+        low, high = limits.min_power_limit_w, limits.max_power_limit_w
+        step = 25.0 if high - low <= 400 else 50.0
+        values = list(np.arange(high, low - 1e-9, -step))[::-1]
+        if values[0] > low:
+            values.insert(0, low)
+        return [float(v) for v in values]
+    if which == "sm-clock":
+        clocks = limits.sm_clocks_mhz
+        picks = np.unique(np.linspace(0, len(clocks) - 1, min(points, len(clocks))).round().astype(int))
+        return [float(clocks[i]) for i in picks]
+    raise ConfigError(f"unknown sweep {which!r} (choose from: {', '.join(SWEEPS)})")
+
+
+def optimal(results: Sequence[SettingResult]) -> tuple[SettingResult, SettingResult]:
+    """The energy-optimal (least J/sample) and time-optimal (most samples/s) settings."""
+    return (min(results, key=lambda r: r.joules_per_sample), max(results, key=lambda r: r.samples_per_s))

@@ -1,0 +1,158 @@
+"""The simulated GPU: knobs change time and power as the model says, a lagging counter, noise, a straggler,
+knob state in a file that survives SIGKILL and is restored by the next dtpo start."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import dtpo_cli
+
+from dtpo.core.errors import ConfigError
+from dtpo.devices.base import DeviceError, KnobError, KnobState
+from dtpo.devices.journal import KnobJournal
+from dtpo.devices.knobs import KnobController
+from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig, reopen_simulated
+
+
+@pytest.fixture(autouse=True)
+def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DTPO_STATE_DIR", str(tmp_path / "state"))
+
+
+def gpu(tmp_path: Path, name: str = "gpu0.json", **kwargs: object) -> SimulatedGpu:
+    return SimulatedGpu(SimulatedGpuConfig("A40", "resnet50", **kwargs), tmp_path / name)  # type: ignore[arg-type]
+
+
+def test_it_starts_at_the_default_limit_and_is_labelled_simulated(tmp_path: Path) -> None:
+    device = gpu(tmp_path)
+    assert device.knob_state() == KnobState(300.0, None)
+    assert device.info.source == "simulated" and device.info.estimated
+    assert device.knob_key == f"sim:{tmp_path / 'gpu0.json'}"
+
+
+def test_a_lower_power_limit_slows_steps_and_lowers_power(tmp_path: Path) -> None:
+    device = gpu(tmp_path, time_noise=0.0, power_noise=0.0)
+    full = device.operating_point()
+    device.set_power_limit(150)
+    capped = device.operating_point()
+    assert capped.time_per_sample_s > full.time_per_sample_s
+    assert capped.power_w < full.power_w <= 300 + 1e-9
+    times, powers = device.sample_steps(4)
+    assert np.allclose(times, capped.time_per_sample_s * device.model.batch_size)
+    assert np.allclose(powers, capped.power_w)
+
+
+def test_a_locked_clock_is_kept_in_the_state_file(tmp_path: Path) -> None:
+    device = gpu(tmp_path)
+    clock = device.model.spec.sm_clocks_mhz[len(device.model.spec.sm_clocks_mhz) // 2]
+    device.lock_sm_clocks(clock, clock)
+    assert reopen_simulated(tmp_path / "gpu0.json").knob_state() == KnobState(300.0, (clock, clock))
+    assert device.operating_point().sm_clock_mhz <= clock
+    device.unlock_sm_clocks()
+    assert device.knob_state().locked_sm_clocks_mhz is None
+
+
+def test_the_energy_counter_updates_only_every_period(tmp_path: Path) -> None:
+    device = gpu(tmp_path, counter_period_s=0.1)
+    power = np.array([200.0])
+    device.advance(np.array([0.05]), power)  # still before the first update
+    assert device.energy_j() == 0.0
+    device.advance(np.array([0.1]), power)  # now at 0.15 s: the counter shows 0.1 s worth
+    assert device.energy_j() == pytest.approx(20.0)
+    assert device.now_s == pytest.approx(0.15)
+
+
+def test_waiting_costs_idle_power(tmp_path: Path) -> None:
+    device = gpu(tmp_path, counter_period_s=0.0)
+    idle = device.operating_point().idle_power_w
+    joules = device.advance(np.array([1.0]), np.array([250.0]), np.array([0.5]))
+    assert joules == pytest.approx(250.0 + 0.5 * idle) and device.energy_j() == pytest.approx(joules)
+
+
+def test_noise_is_seeded_and_a_straggler_is_slower(tmp_path: Path) -> None:
+    a = gpu(tmp_path, "a.json", seed=7).sample_steps(100)[0]
+    b = gpu(tmp_path, "b.json", seed=7).sample_steps(100)[0]
+    c = gpu(tmp_path, "c.json", seed=8).sample_steps(100)[0]
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert a.std() / a.mean() == pytest.approx(0.01, rel=0.3)
+    slow = gpu(tmp_path, "slow.json", seed=7, slowdown=1.5).sample_steps(100)[0]
+    assert np.allclose(slow, 1.5 * a)
+
+
+def test_out_of_range_values_change_nothing(tmp_path: Path) -> None:
+    device = gpu(tmp_path)
+    with pytest.raises(KnobError, match="outside"):
+        device.set_power_limit(500)
+    with pytest.raises(KnobError, match="not supported"):
+        device.lock_sm_clocks(7, 7)
+    journal = KnobJournal()
+    with KnobController("apply", journal, log=lambda _: None) as knobs:
+        with pytest.raises(ConfigError, match="outside the range"):
+            knobs.set_power_limit(device, 50)
+        with pytest.raises(ConfigError, match="not supported"):
+            knobs.lock_sm_clock(device, 7)
+    assert device.knob_state() == KnobState(300.0, None) and not journal.path.exists()
+
+
+def test_bad_configs_and_state_files_are_one_line_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="slowdown"):
+        gpu(tmp_path, slowdown=0.0)
+    with pytest.raises(ConfigError):
+        SimulatedGpu(SimulatedGpuConfig("B200-imaginary", "resnet50"), tmp_path / "x.json")
+    (tmp_path / "bad.json").write_text("{half")
+    with pytest.raises(DeviceError, match="unreadable or corrupt"):
+        reopen_simulated(tmp_path / "bad.json")
+    with pytest.raises(DeviceError, match="is gone"):
+        reopen_simulated(tmp_path / "missing.json")
+
+
+CHANGE_AND_HANG = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from dtpo.devices.knobs import KnobController
+    from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig
+    device = SimulatedGpu(SimulatedGpuConfig("A40", "resnet50"), Path(sys.argv[1]))
+    knobs = KnobController("apply", log=lambda _: None).__enter__()
+    knobs.set_power_limit(device, 150)
+    knobs.lock_sm_clock(device, int(sys.argv[2]))
+    print("changed", flush=True)
+    time.sleep(120)
+""")
+
+
+def _changed_process(state_file: Path, clock: int) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", CHANGE_AND_HANG, str(state_file), str(clock)],
+                            stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "changed"
+    return proc
+
+
+def test_sigkill_leaves_a_journal_and_the_next_dtpo_start_restores(tmp_path: Path) -> None:
+    state_file = tmp_path / "gpu0.json"
+    clock = gpu(tmp_path).model.spec.sm_clocks_mhz[0]
+    proc = _changed_process(state_file, clock)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert reopen_simulated(state_file).knob_state() == KnobState(150.0, (clock, clock))
+    assert f"sim:{state_file}" in KnobJournal().entries()
+    started = subprocess.run(dtpo_cli("simulate", "--list"), capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0, started.stderr
+    assert "restored sim0" in started.stderr and "power limit 300 W" in started.stderr
+    assert reopen_simulated(state_file).knob_state() == KnobState(300.0, None)
+    assert not KnobJournal().path.exists()
+
+
+def test_sigterm_restores_before_the_process_ends(tmp_path: Path) -> None:
+    state_file = tmp_path / "gpu0.json"
+    proc = _changed_process(state_file, gpu(tmp_path).model.spec.sm_clocks_mhz[0])
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert reopen_simulated(state_file).knob_state() == KnobState(300.0, None)
+    assert not KnobJournal().path.exists()
