@@ -5,7 +5,7 @@ alternating blocks of steps so that both see the same machine state. Each step i
 one loop iteration to the start of the next, identically for both loops. Prints a table and exits 1 when
 the goal is missed.
 
-    python benchmarks/overhead.py [--rounds 20] [--block 10] [--width 1024]
+    python benchmarks/overhead.py [--rounds 20] [--block 10] [--width 1024] [--no-energy]
 """
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     dist.init_process_group("gloo")
     plain = DistributedDataParallel(make_model(args.width))
     plain_opt = torch.optim.SGD(plain.parameters(), lr=0.01)
-    session = dtpo.Session(progress=False, summary=False, run_dir=Path(out) / "run", flush_every=10**9)
+    session = dtpo.Session(progress=False, summary=False, run_dir=Path(out) / "run", flush_every=10**9,
+                           energy=args.energy)
     model = session.wrap(make_model(args.width))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     plain_data, dtpo_data = batches(args.width, rank), batches(args.width, rank)
@@ -111,6 +112,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--block", type=int, default=10)
     parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--no-energy", dest="energy", action="store_false",
+                        help="measure the Session without energy measurement (to attribute an overhead)")
     args = parser.parse_args()
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
