@@ -17,7 +17,7 @@ from dtpo.cli.monitor import monitor_command
 from dtpo.cli.restore import restore_at_start, restore_command
 from dtpo.cli.simulate import simulate_command
 from dtpo.cli.train import train_command
-from dtpo.core.errors import DtpoError
+from dtpo.core.errors import DtpoError, first_line
 from dtpo.devices.base import DeviceError
 
 app = typer.Typer(name="dtpo", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -33,8 +33,7 @@ app.command("simulate")(simulate_command)
 
 
 def _one_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return lines[0] if lines else "error"
+    return first_line(text) or "error"
 
 
 def main(argv: list[str] | None = None) -> None:

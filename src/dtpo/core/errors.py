@@ -23,3 +23,8 @@ class ConfigError(DtpoError, ValueError):
 
 class LaunchError(DtpoError):
     """The launcher could not start or join a run (rendezvous, script, workers)."""
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of ``text``, stripped (empty if there is none): errors are shown in one line."""
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")

@@ -28,7 +28,8 @@ KnobMode = Literal["apply", "dry-run", "observe"]
 KNOB_MODES: tuple[str, ...] = ("apply", "dry-run", "observe")
 
 
-def _stderr(line: str) -> None:
+def log_to_stderr(line: str) -> None:
+    """The default log of knob actions: one prefixed line on stderr."""
     print(f"dtpo knobs: {line}", file=sys.stderr, flush=True)
 
 
@@ -42,7 +43,7 @@ class KnobController:
     """
 
     def __init__(self, mode: str = "apply", journal: KnobJournal | None = None,
-                 log: Callable[[str], None] = _stderr) -> None:
+                 log: Callable[[str], None] = log_to_stderr) -> None:
         if mode not in KNOB_MODES:
             raise ConfigError(f"unknown knob mode {mode!r} (choose from: {', '.join(KNOB_MODES)})")
         self.mode: str = mode

@@ -17,7 +17,7 @@ from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous.api import RendezvousError
 
-from dtpo.core.errors import LaunchError
+from dtpo.core.errors import LaunchError, first_line
 from dtpo.core.record import new_run_id
 from dtpo.dist.process_group import BACKENDS
 
@@ -157,5 +157,4 @@ def _describe_failures(exc: ChildFailedError) -> str:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    return first_line(str(exc)) or type(exc).__name__

@@ -170,14 +170,16 @@ class SimulatedJob:
         """Set the knobs on every GPU (``None``: the default limit, clocks unlocked), then run the job."""
         spec = self.model.spec
         limit = spec.max_power_w if power_limit_w is None else power_limit_w
+        lock = None if sm_clock_mhz is None else (sm_clock_mhz, sm_clock_mhz)
         for device in self.devices:
-            if device.knob_state().power_limit_w != limit:
+            state = device.knob_state()
+            if state.power_limit_w != limit:
                 self.controller.set_power_limit(device, limit)
-            if sm_clock_mhz is not None:
-                if device.knob_state().locked_sm_clocks_mhz != (sm_clock_mhz, sm_clock_mhz):
+            if state.locked_sm_clocks_mhz != lock:
+                if sm_clock_mhz is None:
+                    self.controller.unlock_sm_clocks(device)
+                else:
                     self.controller.lock_sm_clock(device, sm_clock_mhz)
-            elif device.knob_state().locked_sm_clocks_mhz is not None:
-                self.controller.unlock_sm_clocks(device)
         steps = self.config.steps
         drawn = [d.sample_steps(steps) for d in self.devices]
         compute = np.stack([times for times, _ in drawn])

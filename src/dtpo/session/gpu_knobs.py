@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 
 from dtpo.devices.base import Device, DeviceError, KnobError
-from dtpo.devices.knobs import KnobController
+from dtpo.devices.knobs import KnobController, log_to_stderr
 from dtpo.session.config import KnobConfig
-
-
-def _stderr(line: str) -> None:
-    print(f"dtpo knobs: {line}", file=sys.stderr, flush=True)
 
 
 def rank_gpus(energy_devices: list[Device] | None, local_rank: int, cuda: bool) -> list[Device]:
@@ -25,12 +20,12 @@ def rank_gpus(energy_devices: list[Device] | None, local_rank: int, cuda: bool) 
 
             devices = list(open_nvml_gpus(local_rank=local_rank))
         except DeviceError as exc:
-            _stderr(f"no GPU knobs: {exc}")
+            log_to_stderr(f"no GPU knobs: {exc}")
             return []
     return [d for d in devices if d.knob_key is not None]
 
 
-def start_knobs(config: KnobConfig, gpus: list[Device], log: Callable[[str], None] = _stderr
+def start_knobs(config: KnobConfig, gpus: list[Device], log: Callable[[str], None] = log_to_stderr
                 ) -> KnobController | None:
     """Set the requested knobs on ``gpus`` and return the controller that restores them (``None``: nothing
     was requested, or there is no GPU with knobs).

@@ -17,6 +17,7 @@ import torch
 
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import write_json_atomic
+from dtpo.devices.modelled_cpu import read_cpu_model
 from dtpo.plan.catalogue import find_gpu, gpu_peak_flops
 
 _GEMM_SIZE = 1024
@@ -29,14 +30,8 @@ def cache_dir() -> Path:
 
 
 def cpu_model() -> str:
-    """The processor's model name."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The processor's model name (from ``/proc/cpuinfo``, else what :mod:`platform` knows)."""
+    return read_cpu_model() or platform.processor() or platform.machine()
 
 
 def peak_flops(device: torch.device, dtype: torch.dtype) -> Measurement:
