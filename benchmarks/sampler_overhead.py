@@ -47,12 +47,12 @@ from rich.console import Console
 from rich.table import Table
 
 import dtpo
+from dtpo.core.config import EnergyConfig
 from dtpo.devices.base import Device, DeviceError
 from dtpo.devices.discovery import discover
 from dtpo.devices.integrator import PowerIntegrator
 from dtpo.energy.monitor import Monitor
 from dtpo.examples.mlp import SyntheticMLP
-from dtpo.session.config import EnergyConfig
 
 SAMPLE_HZ = 10.0
 SAMPLER_GOAL_PCT = 0.5

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
-import types
-from dataclasses import dataclass, field
 
 import pytest
+from fakes import FakeMig, FakeNvml
+from fakes import FakeNvmlGpu as FakeGpu
 
 from dtpo.devices.base import DeviceError
 from dtpo.devices.integrator import PowerIntegrator
@@ -15,102 +15,6 @@ from dtpo.devices.nvml import NOT_INSTALLED, NvmlGpu, open_nvml_gpus, visible_gp
 
 UUIDS = ["GPU-8a3c1111-0000-0000-0000-000000000000", "GPU-8a3c2222-0000-0000-0000-000000000000",
          "GPU-5d5b3333-0000-0000-0000-000000000000"]
-
-
-class NVMLError(Exception):
-    def __init__(self, value: int = 999) -> None:
-        super().__init__(value)
-        self.value = value
-
-    def __str__(self) -> str:
-        return {3: "Not Supported", 4: "Insufficient Permissions", 9: "Driver Not Loaded",
-                12: "NVML Shared Library Not Found", 15: "GPU is lost"}.get(self.value, "Unknown Error")
-
-
-def _error(name: str, value: int) -> type[NVMLError]:
-    return type(f"NVMLError_{name}", (NVMLError,), {"__init__": lambda self: NVMLError.__init__(self, value)})
-
-
-@dataclass
-class FakeMig:
-    uuid: str
-
-
-@dataclass
-class FakeGpu:
-    uuid: str
-    model: str = "NVIDIA H100 80GB HBM3"
-    energy_mj: int | None = 1_000_000  # None: no energy counter (pre-Volta)
-    power_mw: int = 300_000
-    mig: list[FakeMig] = field(default_factory=list)
-    fail_power: bool = False
-    fail_handle: type[NVMLError] | None = None
-
-
-class FakeNvml(types.ModuleType):
-    """Just enough of pynvml; every handle is the FakeGpu (or FakeMig) itself."""
-
-    NVMLError = NVMLError
-    NVMLError_NotSupported = _error("NotSupported", 3)
-    NVMLError_NoPermission = _error("NoPermission", 4)
-    NVMLError_DriverNotLoaded = _error("DriverNotLoaded", 9)
-    NVMLError_LibraryNotFound = _error("LibraryNotFound", 12)
-    NVMLError_GpuIsLost = _error("GpuIsLost", 15)
-    NVMLError_NotFound = _error("NotFound", 6)
-    NVML_DEVICE_MIG_ENABLE = 1
-
-    def __init__(self, gpus: list[FakeGpu]) -> None:
-        super().__init__("pynvml")
-        self.gpus = gpus
-        self.refs = 0
-        self.init_error: NVMLError | None = None
-
-    def nvmlInit(self) -> None:
-        if self.init_error is not None:
-            raise self.init_error
-        self.refs += 1
-
-    def nvmlShutdown(self) -> None:
-        assert self.refs > 0, "nvmlShutdown without nvmlInit"
-        self.refs -= 1
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.gpus)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
-        gpu = self.gpus[index]
-        if gpu.fail_handle is not None:
-            raise gpu.fail_handle()
-        return gpu
-
-    def nvmlDeviceGetUUID(self, handle: FakeGpu | FakeMig) -> str:
-        return handle.uuid
-
-    def nvmlDeviceGetName(self, handle: FakeGpu) -> bytes:
-        return handle.model.encode()  # old pynvml returns bytes
-
-    def nvmlDeviceGetTotalEnergyConsumption(self, handle: FakeGpu) -> int:
-        if handle.energy_mj is None:
-            raise self.NVMLError_NotSupported()
-        return handle.energy_mj
-
-    def nvmlDeviceGetPowerUsage(self, handle: FakeGpu) -> int:
-        if handle.fail_power:
-            raise self.NVMLError_GpuIsLost()
-        return handle.power_mw
-
-    def nvmlDeviceGetMigMode(self, handle: FakeGpu) -> list[int]:
-        if not handle.mig:
-            raise self.NVMLError_NotSupported()
-        return [1, 1]
-
-    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeGpu) -> int:
-        return 7
-
-    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeGpu, index: int) -> FakeMig:
-        if index >= len(handle.mig):
-            raise self.NVMLError_NotFound()
-        return handle.mig[index]
 
 
 @pytest.fixture

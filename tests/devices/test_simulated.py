@@ -3,6 +3,7 @@ knob state in a file that survives SIGKILL and is restored by the next dtpo star
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,9 +17,15 @@ from conftest import dtpo_cli
 
 from dtpo.core.errors import ConfigError
 from dtpo.devices.base import DeviceError, KnobError, KnobState
-from dtpo.devices.journal import KnobJournal
+from dtpo.devices.journal import KnobJournal, restore_pending
 from dtpo.devices.knobs import KnobController
-from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig, reopen_simulated
+from dtpo.devices.simulated import (
+    LEGACY_STATE_SCHEMA,
+    SimulatedGpu,
+    SimulatedGpuConfig,
+    SimulatedGpuGroup,
+    reopen_simulated,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -35,6 +42,45 @@ def test_it_starts_at_the_default_limit_and_is_labelled_simulated(tmp_path: Path
     assert device.knob_state() == KnobState(300.0, None)
     assert device.info.source == "simulated" and device.info.estimated
     assert device.knob_key == f"sim:{tmp_path / 'gpu0.json'}"
+    assert not (tmp_path / "gpu0.json").exists()  # a file only while the settings differ from the defaults
+
+
+def test_the_file_comes_and_goes_with_changed_settings(tmp_path: Path) -> None:
+    device = gpu(tmp_path)
+    device.set_power_limit(200)
+    assert reopen_simulated(tmp_path / "gpu0.json").knob_state() == KnobState(200.0, None)
+    device.set_power_limit(300)
+    assert not (tmp_path / "gpu0.json").exists() and device.knob_state() == KnobState(300.0, None)
+
+
+def test_a_group_shares_one_file_and_one_setting(tmp_path: Path) -> None:
+    group = SimulatedGpuGroup(SimulatedGpuConfig("A40", "resnet50", time_noise=0, power_noise=0), 8,
+                              tmp_path / "job.json", slowdowns={5: 1.5})
+    assert [m.info.name.split()[0] for m in group.members] == [f"sim{i}" for i in range(8)]
+    assert group.info.name.startswith("sim0-7 (8 x A40") and group.members[5].config.slowdown == 1.5
+    assert {m.knob_key for m in group.members} == {group.knob_key}
+    group.set_power_limit(150)
+    assert [p.name for p in tmp_path.iterdir()] == ["job.json"]
+    assert {m.operating_point().power_limit_w for m in group.members} == {150.0}
+    reopened = reopen_simulated(tmp_path / "job.json")
+    assert isinstance(reopened, SimulatedGpuGroup) and len(reopened.members) == 8
+    assert reopened.members[5].config.slowdown == 1.5 and reopened.knob_state() == KnobState(150.0, None)
+    for member in group.members:
+        member.advance(np.array([1.0]), np.array([100.0]))
+    assert group.energy_j() == pytest.approx(800.0, rel=0.2)  # the counters lag by at most a period
+
+
+def test_a_state_file_of_the_per_gpu_layout_is_still_restored(tmp_path: Path) -> None:
+    legacy = tmp_path / "sim" / "123" / "gpu3.json"
+    legacy.parent.mkdir(parents=True)
+    config = {"gpu": "A40", "workload": "resnet50", "index": 3}
+    legacy.write_text(json.dumps({"schema": LEGACY_STATE_SCHEMA, "config": config, "power_limit_w": 120.0,
+                                  "locked_sm_clocks_mhz": None}))
+    journal = KnobJournal(tmp_path / "journal.json")
+    journal._write({f"sim:{legacy}": {"device": "sim3", "original": {"power_limit_w": 300.0,
+                                                                     "locked_sm_clocks_mhz": None}, "pid": 1}})
+    assert restore_pending(journal)[0].startswith("restored sim3")
+    assert not legacy.exists() and not journal.path.exists()
 
 
 def test_a_lower_power_limit_slows_steps_and_lowers_power(tmp_path: Path) -> None:
@@ -109,8 +155,15 @@ def test_bad_configs_and_state_files_are_one_line_errors(tmp_path: Path) -> None
     (tmp_path / "bad.json").write_text("{half")
     with pytest.raises(DeviceError, match="unreadable or corrupt"):
         reopen_simulated(tmp_path / "bad.json")
+    (tmp_path / "other.json").write_text('{"schema": "something/1"}')
+    with pytest.raises(DeviceError, match="not a simulated GPU state file"):
+        reopen_simulated(tmp_path / "other.json")
+    gone = reopen_simulated(tmp_path / "missing.json")  # no file: the defaults, nothing to put back
+    gone.set_power_limit(300)
+    gone.unlock_sm_clocks()
+    assert not (tmp_path / "missing.json").exists()
     with pytest.raises(DeviceError, match="is gone"):
-        reopen_simulated(tmp_path / "missing.json")
+        gone.knob_state()
 
 
 CHANGE_AND_HANG = textwrap.dedent("""
@@ -145,7 +198,8 @@ def test_sigkill_leaves_a_journal_and_the_next_dtpo_start_restores(tmp_path: Pat
     started = subprocess.run(dtpo_cli("simulate", "--list"), capture_output=True, text=True, timeout=60)
     assert started.returncode == 0, started.stderr
     assert "restored sim0" in started.stderr and "power limit 300 W" in started.stderr
-    assert reopen_simulated(state_file).knob_state() == KnobState(300.0, None)
+    assert not state_file.exists()  # back at the defaults: the file has gone
+    assert gpu(tmp_path).knob_state() == KnobState(300.0, None)
     assert not KnobJournal().path.exists()
 
 
@@ -154,5 +208,6 @@ def test_sigterm_restores_before_the_process_ends(tmp_path: Path) -> None:
     proc = _changed_process(state_file, gpu(tmp_path).model.spec.sm_clocks_mhz[0])
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
-    assert reopen_simulated(state_file).knob_state() == KnobState(300.0, None)
+    assert not state_file.exists()  # back at the defaults: the file has gone
+    assert gpu(tmp_path).knob_state() == KnobState(300.0, None)
     assert not KnobJournal().path.exists()

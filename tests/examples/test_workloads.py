@@ -21,9 +21,13 @@ def first(workload: Workload, batch_size: int = 4, rank: int = 0, world_size: in
 
 
 def test_registry_holds_the_three_workloads_under_their_names() -> None:
-    assert NAMES == ["cnn", "lm", "mlp"]
+    # The registry is built from each class's own ``name``: check the names lead to the intended classes
+    # (two classes sharing a name would silently leave one out) and that what ``get_workload`` builds is one.
+    assert {name: cls.__name__ for name, cls in WORKLOADS.items()} == {
+        "cnn": "SyntheticCNN", "lm": "CharLM", "mlp": "SyntheticMLP"}
     for name, cls in WORKLOADS.items():
-        assert cls.name == name
+        workload = get_workload(name)
+        assert type(workload) is cls and workload.name == name
         assert cls.description
         assert cls.default_steps > 0 and cls.default_batch_size > 0 and cls.default_lr > 0
 

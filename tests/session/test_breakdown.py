@@ -60,13 +60,16 @@ def test_parts_sum_to_the_step_and_steps_to_the_loop(tmp_path: Path) -> None:
         assert len(rank.steps) == 12 and sum(s.warmup for s in rank.steps) == 2
         for step in rank.steps:
             parts = sum(getattr(step, p) for p in BREAKDOWN_PARTS)
-            assert abs(parts - step.step_s) <= 0.10 * step.step_s, step
+            # The marks partition the step: only the few microseconds between marks are unaccounted for.
+            assert abs(parts - step.step_s) <= 0.05 * step.step_s + 0.002, step
             assert all(getattr(step, p) >= 0 for p in BREAKDOWN_PARTS)
             assert step.samples == 64
-        # Independently of the session's clock: the steps cover the loop the script timed itself.
+        # Independently of the session's clock: the steps lie inside the loop the script timed itself and
+        # cover most of it (what is left is the Session's own between-step work: callbacks, the partial
+        # record's fsync, which the steps rightly do not include).
         loop_s = json.loads((tmp_path / f"loop_rank{rank.rank}.json").read_text())["loop_s"]
         covered = sum(s.step_s for s in rank.steps)
-        assert abs(covered - loop_s) <= 0.10 * loop_s, (covered, loop_s)
+        assert 0.5 * loop_s <= covered <= loop_s, (covered, loop_s)
     totals = record.totals
     assert totals["measured_steps"]["value"] == 10
     assert totals["throughput"]["value"] > 0
@@ -74,11 +77,12 @@ def test_parts_sum_to_the_step_and_steps_to_the_loop(tmp_path: Path) -> None:
 
 
 def test_a_straggler_shows_up_as_the_other_ranks_sync_wait(tmp_path: Path) -> None:
-    run_ranks(_train, 2, 0.05, str(tmp_path))
+    delay = 0.2  # far above the model's own compute, so the comparison holds on a busy machine
+    run_ranks(_train, 2, delay, str(tmp_path))
     record = RunRecord.load(tmp_path)
     fast, slow = record.ranks
     fast_wait = statistics.median(s.sync_wait_s for s in measured_steps(fast))
     slow_wait = statistics.median(s.sync_wait_s for s in measured_steps(slow))
-    assert fast_wait >= 0.040, fast_wait
-    assert slow_wait < 0.010, slow_wait
-    assert statistics.median(s.compute_s for s in measured_steps(slow)) >= 0.050
+    assert fast_wait >= 0.5 * delay, fast_wait
+    assert slow_wait < fast_wait / 4, (slow_wait, fast_wait)
+    assert statistics.median(s.compute_s for s in measured_steps(slow)) >= delay

@@ -11,16 +11,16 @@ from conftest import run_ranks
 from torch import nn
 
 import dtpo
+from dtpo.core.config import EnergyConfig
 from dtpo.core.record import RunRecord
 from dtpo.devices.base import Device, DeviceError, DeviceInfo
 from dtpo.devices.discovery import Discovery
 from dtpo.session import session as session_module
-from dtpo.session.config import EnergyConfig
 
 
 def _train(rank: int, world_size: int, out: str) -> None:
-    session = dtpo.Session(warmup_steps=1, progress=False, run_dir=out,
-                           energy=EnergyConfig(window_steps=3, sample_interval_s=0.05, cpu_tdp_w=20.0))
+    session = dtpo.Session(warmup_steps=1, window_steps=3, progress=False, run_dir=out,
+                           energy=EnergyConfig(sample_interval_s=0.05, cpu_tdp_w=20.0))
     torch.manual_seed(0)
     model = session.wrap(nn.Linear(32, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -68,7 +68,8 @@ def test_a_device_that_fails_mid_run_is_recorded_lost_and_training_goes_on(
     monkeypatch.setattr(session_module, "discover",
                         lambda **kwargs: Discovery([FailingDevice()], ["gpu: gpu-flaky via nvml-counter"]))
     with dtpo.Session(warmup_steps=0, progress=False, summary=False, run_dir=tmp_path,
-                      energy=EnergyConfig(sample_interval_s=None, window_steps=2)) as session:
+                      window_steps=2,
+                      energy=EnergyConfig(sample_interval_s=None)) as session:
         model = session.wrap(nn.Linear(4, 1))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         data = ((torch.randn(8, 4), torch.randn(8, 1)) for _ in range(10**6))

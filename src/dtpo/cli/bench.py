@@ -2,112 +2,78 @@
 
 from __future__ import annotations
 
-import sys
-from dataclasses import asdict
+import inspect
+import logging
 from pathlib import Path
-from typing import Any
 
 import typer
-from rich.table import Table
 
-from dtpo.cli.runs import conclude_run
-from dtpo.cli.train import TrainOptions, check_workers, launch_training
+from dtpo.cli.options import config_command
+from dtpo.cli.runs import conclude_run, end_run
+from dtpo.cli.train import launch_training, resolve
+from dtpo.core.config import MAX_WORKERS, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
-from dtpo.session.config import EnergyConfig
+from dtpo.dist.run_dir import prepare_run_dir
+from dtpo.telemetry.scaling import BENCH_SCHEMA, bench_table, scaling_rows
 from dtpo.telemetry.summary import make_console
 
-BENCH_SCHEMA = "dtpo.bench/1"
+log = logging.getLogger(__name__)
 
 
 def parse_worker_counts(text: str) -> list[int]:
     """``"1,2,4"`` -> ``[1, 2, 4]``, rejecting anything that is not a list of positive integers."""
-    try:
-        counts = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise ConfigError(f"--workers must be a comma-separated list of integers, got {text!r}") from None
-    if not counts:
-        raise ConfigError("--workers names no worker count")
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise ConfigError(f"--workers must be a comma-separated list of positive integers, e.g. 1,2,4; got {text!r}")
+    counts = [int(part) for part in parts]
     for count in counts:
-        check_workers(count)
+        if not 1 <= count <= MAX_WORKERS:
+            raise ConfigError(f"--workers counts must be between 1 and {MAX_WORKERS}, got {count}")
     return sorted(set(counts))
 
 
-def scaling_rows(records: dict[int, RunRecord]) -> list[dict[str, Any]]:
-    """Per worker count: throughput and scaling efficiency against the smallest count, per worker."""
-    base_count = min(records)
-    base = records[base_count].totals["throughput"]["value"]
-    rows = []
-    for count, record in sorted(records.items()):
-        t = record.totals
-        throughput = t["throughput"]["value"]
-        rows.append({
-            "workers": count,
-            "run_id": record.run_id,
-            "throughput": t["throughput"],
-            "scaling_efficiency": {"value": throughput / (base * count / base_count), "unit": "fraction",
-                                   "source": "derived", "note": f"against {base_count} worker(s)"},
-            "step_time_s": t["step_time_s"],
-            "comm_overhead": t["comm_overhead"],
-            "sync_latency_s": t["sync_latency_s"],
-            "data_wait_fraction": t["data_wait_fraction"],
-            "mfu": t["mfu"],
-            "energy_per_sample_j": (record.energy or {}).get("energy_per_sample_j"),
-        })
-    return rows
+def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
+    """Train ``config`` at every worker count (weak scaling: the per-worker batch stays the same).
 
-
-def _number(m: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> str:
-    if not m or m.get("value") is None:
-        return "n/a"
-    text = f"{m['value'] * scale:,.{digits}f}"
-    return text + ("*" if m.get("source") == "estimated" else "")
-
-
-def bench_table(rows: list[dict[str, Any]], title: str) -> Table:
-    """The scaling table (units in the headers; * marks an estimated figure)."""
-    table = Table(title=title, title_justify="left", caption="* estimated (no hardware energy counter)")
-    for name in ("workers", "samples/s", "scaling eff. %", "step ms", "comm %", "sync wait ms", "data wait %",
-                 "MFU %", "mJ/sample"):
-        table.add_column(name, justify="right")
-    for row in rows:
-        table.add_row(str(row["workers"]), _number(row["throughput"]), _number(row["scaling_efficiency"], 100),
-                      _number(row["step_time_s"], 1e3, 2), _number(row["comm_overhead"], 100),
-                      _number(row["sync_latency_s"], 1e3, 2), _number(row["data_wait_fraction"], 100),
-                      _number(row["mfu"], 100), _number(row["energy_per_sample_j"], 1e3, 3))
-    return table
-
-
-def bench_command(
-    workers: str = typer.Option("1,2", help="Comma-separated worker counts, e.g. 1,2,4."),
-    workload: str = typer.Option("mlp", help="Built-in workload: lm, mlp, cnn."),
-    steps: int = typer.Option(None, help="Optimizer steps per run (default: the workload's)."),
-    batch_size: int = typer.Option(None, help="Micro-batch size per worker, the same at every count."),
-    precision: str = typer.Option("32-true", help="32-true, bf16-mixed or 16-mixed."),
-    grad_accum: int = typer.Option(1, help="Micro-batches per optimizer step."),
-    strategy: str = typer.Option("ddp", help="ddp or fsdp."),
-    seed: int = typer.Option(0, help="Seed for the model and the data."),
-    run_dir: Path = typer.Option(None, help="Where to write the runs and bench.json (default: runs/<id>)."),
-    cpu_tdp: float = typer.Option(None, help="CPU TDP in watts for the modelled CPU (default: a table)."),
-) -> None:
-    """Measure throughput and scaling efficiency of one workload at several worker counts (weak scaling)."""
-    counts = parse_worker_counts(workers)
-    options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, None, seed,
-                           EnergyConfig(cpu_tdp_w=cpu_tdp))
-    bench_dir = (run_dir or Path("runs") / f"bench-{new_run_id()}").resolve()
+    Threads per worker are decided for each count (unless the user fixed them), so a 2-worker run does not
+    inherit the 1-worker run's threads and oversubscribe the CPU. Returns the bench directory and its rows.
+    """
+    resolved = {count: resolve(config.replace(launch={"workers": count})) for count in counts}
+    bench_dir = prepare_run_dir(config.launch.run_dir or Path("runs") / f"bench-{new_run_id()}",
+                                overwrite=config.launch.overwrite)
     console = make_console()
     records: dict[int, RunRecord] = {}
-    for count in counts:
-        console.print(f"[bold]bench:[/bold] {workload} on {count} worker(s)")
-        outcome = launch_training(options, count, bench_dir / f"workers-{count}")
-        record = conclude_run(outcome, console, quiet=True)
-        if outcome.failed or record is None or "throughput" not in record.totals:
-            print(f"dtpo: bench run with {count} worker(s) failed: {outcome.message or 'no steps measured'}",
-                  file=sys.stderr)
-            raise typer.Exit(1)
+    for count, run_config in resolved.items():
+        threads = run_config.launch.threads_per_worker
+        console.print(f"[bold]bench:[/bold] {run_config.workload.name} on {count} worker(s), "
+                      f"{threads} thread(s) each")
+        run_dir = prepare_run_dir(bench_dir / f"workers-{count}", overwrite=config.launch.overwrite)
+        outcome = launch_training(run_config, run_dir)
+        record = conclude_run(outcome, console, quiet=True) if outcome.recorded else None
+        end_run(outcome, record)
+        assert record is not None
         records[count] = record
     rows = scaling_rows(records)
-    console.print(bench_table(rows, f"dtpo bench: {workload}, per-worker batch fixed (weak scaling)"))
+    for row in rows:
+        row["threads_per_worker"] = resolved[row["workers"]].launch.threads_per_worker
+    first = resolved[counts[0]]
+    console.print(bench_table(rows, f"dtpo bench: {first.workload.name}, per-worker batch {first.workload.batch_size} "
+                                    f"fixed (weak scaling)"))
     path = bench_dir / "bench.json"
-    write_json_atomic(path, {"schema": BENCH_SCHEMA, "workload": workload, "options": asdict(options), "rows": rows})
+    write_json_atomic(path, {"schema": BENCH_SCHEMA, "workload": first.workload.name,
+                             "config": first.replace(launch={"workers": counts[0]}).to_dict(), "rows": rows})
     console.print(f"bench record: {path}")
+    return bench_dir, rows
+
+
+def _bench(config: RunConfig, workers: str = "1,2") -> None:
+    """Measure throughput and scaling efficiency of one workload at several worker counts (weak scaling)."""
+    run_bench(config, parse_worker_counts(workers))
+
+
+bench_command = config_command(
+    _bench, exclude=("launch.workers",), defaults={"workload.name": "mlp"},
+    extra=[inspect.Parameter("workers", inspect.Parameter.KEYWORD_ONLY, annotation=str,
+                             default=typer.Option("1,2", "--workers", help="Comma-separated worker counts, "
+                                                  "e.g. 1,2,4."))])

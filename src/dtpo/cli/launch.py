@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 
 import typer
 
-from dtpo.cli.runs import conclude_run
+from dtpo.cli.runs import conclude_run, end_run
 from dtpo.dist.launch import launch, parse_launch_args
+
+log = logging.getLogger(__name__)
 
 HELP = ("Run SCRIPT on many processes and machines through torch.distributed.run. Takes every torchrun flag "
         "(--nnodes, --nproc-per-node, --node-rank, --rdzv-*, --max-restarts, --standalone, --master-addr, "
-        "--master-port) and dtpo's --run-dir, --backend, --rdzv-timeout. `dtpo launch --help` lists them all.")
+        "--master-port) and dtpo's --run-dir, --overwrite, --backend, --rdzv-timeout. `dtpo launch --help` lists "
+        "them all.")
 
 
 def launch_command(ctx: typer.Context) -> None:
     """Run SCRIPT [ARGS...] on many processes and machines through torch.distributed.run."""
     args = parse_launch_args(list(ctx.args))
     outcome = launch(args)
-    conclude_run(outcome)
-    if outcome.failed:
-        print(f"dtpo: run failed: {outcome.message}; record in {outcome.run_dir}", file=sys.stderr)
-        raise typer.Exit(1)
+    record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None
+    end_run(outcome, record, args.training_script)
+

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import csv
-import sys
+import logging
+import math
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from dtpo.core.errors import ConfigError
 from dtpo.devices.discovery import discover
 from dtpo.energy.monitor import Monitor, Snapshot
 from dtpo.telemetry.summary import make_console
+
+log = logging.getLogger(__name__)
 
 
 def readings_table(monitor: Monitor, start: Snapshot, now: Snapshot, power: dict[str, float]) -> Table:
@@ -34,6 +37,26 @@ def readings_table(monitor: Monitor, start: Snapshot, now: Snapshot, power: dict
     return table
 
 
+def check_options(interval: float, duration: float | None, cpu_tdp: float | None, csv_path: Path | None) -> None:
+    """Reject values that make no sense (zero, negative, nan, inf) and a CSV path that cannot be a file.
+
+    Raises:
+        ConfigError: One line naming the flag.
+    """
+    if not (math.isfinite(interval) and interval > 0):
+        raise ConfigError(f"--interval must be a positive number of seconds, got {interval:g}")
+    if duration is not None and not (math.isfinite(duration) and duration > 0):
+        raise ConfigError(f"--duration must be a positive number of seconds, got {duration:g}")
+    if cpu_tdp is not None and not (math.isfinite(cpu_tdp) and cpu_tdp > 0):
+        raise ConfigError(f"--cpu-tdp must be a positive number of watts, got {cpu_tdp:g}")
+    if csv_path is not None:
+        if not str(csv_path).strip() or csv_path.is_dir():
+            raise ConfigError(f"--csv must name a file, got the directory {str(csv_path) or '.'!r}")
+        parent = csv_path.absolute().parent
+        if not parent.is_dir():
+            raise ConfigError(f"--csv {csv_path}: the directory {parent} does not exist")
+
+
 def monitor_command(
     interval: float = typer.Option(1.0, help="Seconds between readings."),
     duration: float = typer.Option(None, help="Stop after this many seconds (default: until Ctrl-C)."),
@@ -41,19 +64,14 @@ def monitor_command(
     cpu_tdp: float = typer.Option(None, help="CPU TDP in watts for the modelled CPU (where no RAPL exists)."),
 ) -> None:
     """Show power and energy of every GPU, CPU package and DRAM on this machine, live."""
-    if interval <= 0:
-        raise ConfigError(f"--interval must be positive, got {interval:g}")
-    if duration is not None and duration <= 0:
-        raise ConfigError(f"--duration must be positive, got {duration:g}")
-    if cpu_tdp is not None and cpu_tdp <= 0:
-        raise ConfigError(f"--cpu-tdp must be positive, got {cpu_tdp:g}")
+    check_options(interval, duration, cpu_tdp, csv_path)
     found = discover(local_rank=None, gpus=True, node_shared=True, cpu_tdp_w=cpu_tdp)
     for note in found.notes:
-        print(f"dtpo monitor: {note}", file=sys.stderr)
+        log.info("monitor: %s", note)
     if not found.devices:
         raise ConfigError("no power source could be opened on this machine: " + "; ".join(found.notes))
     monitor = Monitor(found.devices, sample_interval_s=None,
-                      on_lost=lambda msg: print(f"dtpo monitor: {msg}", file=sys.stderr))
+                      on_lost=lambda msg: log.warning("monitor: %s", msg))
     console = make_console()
     start = monitor.snapshot()
     deadline = None if duration is None else time.monotonic() + duration
@@ -63,7 +81,8 @@ def monitor_command(
         try:
             fh = csv_path.open("a", newline="")
         except OSError as exc:
-            raise ConfigError(f"cannot write {csv_path}: {exc.strerror}") from None
+            monitor.close()
+            raise ConfigError(f"--csv {csv_path}: cannot write it ({exc.strerror or exc})") from None
         writer = csv.writer(fh)
         if new:
             writer.writerow(["t_s", "device", "source", "estimated", "power_w", "energy_j"])

@@ -2,22 +2,51 @@
 
 from __future__ import annotations
 
+import logging
+import re
+import signal
 from pathlib import Path
 
 from rich.console import Console
 
-from dtpo.core.record import RECORD_FILE, RunRecord
-from dtpo.core.totals import record_from_partials
+from dtpo.core.errors import DtpoError
+from dtpo.core.record import RECORD_FILE, RunRecord, load_partial_records, partial_attempts
+from dtpo.core.totals import attempt_summary, record_from_partials
 from dtpo.dist.launch import LaunchOutcome
 from dtpo.telemetry.summary import make_console, print_summary
 
+log = logging.getLogger(__name__)
+
+# What a rank says when it was only stopped because another one failed: not the run's real error.
+_SECONDARY_ERRORS = ("interrupted by SIGTERM", "terminated by SIGTERM")
+
+
+def merged_status(outcome: LaunchOutcome, partial_statuses: list[str]) -> str:
+    """The status of a run that did not end with rank 0's record: interrupted, diverged or failed."""
+    if outcome.interrupted:
+        return "interrupted"
+    if "diverged" in partial_statuses:
+        return "diverged"
+    return "failed"
+
+
+def first_real_error(errors: dict[int, str | None], launcher_message: str | None) -> str | None:
+    """The error that ended the run: the rank the launcher saw fail first (its own record's words), else a
+    rank's own failure rather than the SIGTERMs of the ranks stopped after it."""
+    failed = re.match(r"rank (\d+) exited", launcher_message or "")
+    if failed and errors.get(int(failed.group(1))):
+        return errors[int(failed.group(1))]
+    real = [e for _, e in sorted(errors.items()) if e and not e.startswith(_SECONDARY_ERRORS)]
+    return launcher_message or (real[0] if real else next((e for e in errors.values() if e), None))
+
 
 def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: bool = False) -> RunRecord | None:
-    """After the workers of this node exit: load (or, for a failed run, assemble) the record and print it.
+    """After the workers of this node exit: load (or, for a run that did not complete, assemble) the record
+    and print it.
 
     Returns:
         The record, or ``None`` when this node holds none (a node other than rank 0's of a completed run,
-        or a run that failed before measuring anything).
+        or a run that stopped before measuring anything).
     """
     console = console or make_console()
     path = Path(outcome.run_dir) / RECORD_FILE
@@ -25,9 +54,76 @@ def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: 
     if not outcome.failed and path.is_file():
         record = RunRecord.load(path)
     elif outcome.failed:
-        record = record_from_partials(outcome.run_dir, "failed", outcome.message)
+        partials = load_partial_records(outcome.run_dir)
+        status = merged_status(outcome, [p.status for p in partials])
+        diverged = [p.error for p in partials if p.status == "diverged"]
+        errors = {p.ranks[0].rank: p.error for p in partials if p.ranks}
+        error = diverged[0] if diverged else first_real_error(errors, outcome.message)
+        if status == "interrupted":
+            error = outcome.message or "interrupted"
+        record = record_from_partials(outcome.run_dir, status, error)
         if record is not None:
             record.save(outcome.run_dir)
+    if record is not None and outcome.restarts:
+        add_restarts(record, outcome)
+        record.save(outcome.run_dir)
     if record is not None and not quiet:
         print_summary(record, console, record_path=str(path))
     return record
+
+
+def add_restarts(record: RunRecord, outcome: LaunchOutcome) -> None:
+    """Keep every earlier attempt of a restarted run in its record: steps, time, energy and first error."""
+    attempts = partial_attempts(outcome.run_dir)
+    earlier = [a for a in attempts if a < record.attempt] or list(range(outcome.restarts))
+    record.restarts = []
+    for attempt in earlier:
+        partials = load_partial_records(outcome.run_dir, attempt)
+        error = outcome.attempt_errors[attempt] if attempt < len(outcome.attempt_errors) else None
+        statuses = {p.status for p in partials}
+        status = "diverged" if "diverged" in statuses else "failed"
+        record.restarts.append(attempt_summary(partials, attempt, status, error))
+
+
+class RunEnded(DtpoError):
+    """A launched run did not complete: the message is the one line the user sees, with its exit code
+    (130 / 143 for SIGINT / SIGTERM, 1 for a failed or diverged run)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None = None) -> None:
+    """Say in one line how a launch ended when it did not simply complete with a record.
+
+    Raises:
+        RunEnded: The run was interrupted (exit code 128 + the signal), diverged or failed (exit code 1).
+    """
+    if outcome.restarts:
+        log.warning("torchrun restarted the workers %d time%s (%s)", outcome.restarts,
+                    "s" if outcome.restarts > 1 else "", "; ".join(
+                        f"attempt {i}: {error}" for i, error in enumerate(outcome.attempt_errors)))
+    if record is not None:
+        where = f"record in {outcome.run_dir}"
+    elif outcome.recorded:
+        where = f"partial records in {outcome.run_dir}"
+    else:
+        where = "nothing was recorded"
+    if outcome.signal is not None:
+        raise RunEnded(f"interrupted by {_signal_name(outcome.signal)}; {where}", 128 + outcome.signal)
+    if record is not None and record.status == "diverged":
+        raise RunEnded(f"run diverged: {record.error or 'the loss is not finite'}; {where}", 1)
+    if outcome.failed:
+        raise RunEnded(f"run failed: {outcome.message or 'a worker failed'}; {where}", 1)
+    if not outcome.recorded:
+        if script is None:
+            raise RunEnded(f"the workers finished but recorded nothing; {where}", 1)
+        log.warning("the workers finished, but nothing was recorded: %s does not use dtpo.Session", script)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

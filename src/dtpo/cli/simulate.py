@@ -6,22 +6,74 @@ physical model), never a measurement; the output says which model ran and what i
 
 from __future__ import annotations
 
+import math
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
-from dtpo.plan.gpu_model import known_workloads
-from dtpo.plan.power_specs import POWER_SPECS
-from dtpo.plan.simulated_job import SWEEPS, JobConfig, SettingResult, SimulatedJob, optimal
+from dtpo.devices.physics.gpu_model import known_workloads
+from dtpo.devices.physics.power_specs import POWER_SPECS
+from dtpo.plan.simulated_job import (
+    MAX_GPUS,
+    MAX_STEPS,
+    SWEEPS,
+    JobConfig,
+    SettingResult,
+    SimulatedJob,
+    optimal,
+    sweep_values,
+)
+from dtpo.plan.simulated_job import Progress as StepsDone
 from dtpo.telemetry.summary import make_console
 
 SIMULATE_SCHEMA = "dtpo.simulate/1"
 MODEL_CHOICES = ("auto", "calibrated", "parametric")
 BAR_WIDTH = 10
+PROGRESS_GPU_STEPS = 20_000_000  # show a progress bar (on a terminal) from about this much work: a few seconds
+
+
+def check_json_path(path: Path) -> None:
+    """Refuse an output path that cannot take the JSON file, before anything is simulated.
+
+    Raises:
+        ConfigError: ``path`` is a directory, its folder does not exist, or it cannot be written there.
+    """
+    if str(path) == "" or path.is_dir():
+        raise ConfigError(f"--json {str(path)!r} is a directory; name a file, e.g. {path / 'simulate.json'}")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ConfigError(f"--json {path}: folder {folder} does not exist (dtpo does not create it)")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ConfigError(f"--json {path}: cannot write in folder {folder}")
+
+
+def check_finite(flag: str, value: float | None) -> None:
+    """Refuse nan and inf for a float option."""
+    if value is not None and not math.isfinite(value):
+        raise ConfigError(f"{flag} must be a finite number, got {value:g}")
+
+
+@contextmanager
+def progress_bar(total_steps: int, gpus: int) -> Iterator[StepsDone | None]:
+    """A progress bar on stderr for long simulations, only on a terminal (logs and pipes stay clean)."""
+    if total_steps * gpus < PROGRESS_GPU_STEPS or not sys.stderr.isatty():
+        yield None
+        return
+    columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("simulate", total=total_steps)
+        yield lambda steps: bar.advance(task, steps)
 
 
 def parse_straggler(text: str | None) -> tuple[int, float] | None:
@@ -32,9 +84,12 @@ def parse_straggler(text: str | None) -> tuple[int, float] | None:
     try:
         if not sep:
             raise ValueError
-        return int(rank), float(factor)
+        parsed = int(rank), float(factor)
     except ValueError:
         raise ConfigError(f"--straggler must be RANK:FACTOR, e.g. 3:1.2, got {text!r}") from None
+    if not math.isfinite(parsed[1]) or parsed[1] <= 0:
+        raise ConfigError(f"--straggler factor must be a finite number > 0, got {factor!r}")
+    return parsed
 
 
 def _bar(value: float, low: float, high: float) -> str:
@@ -76,8 +131,8 @@ def simulate_command(
     gpu: str = typer.Option("A40", "--gpu", help="GPU model: A40, V100, H100-SXM, A100-SXM, MI250X."),
     workload: str = typer.Option("resnet50", "--workload", "-w", help="Workload (see --list)."),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Per-GPU batch (default: the model's)."),
-    gpus: int = typer.Option(8, "--gpus", help="Number of data-parallel GPUs."),
-    steps: int = typer.Option(1000, "--steps", help="Training steps per setting."),
+    gpus: int = typer.Option(8, "--gpus", help=f"Number of data-parallel GPUs (at most {MAX_GPUS:,})."),
+    steps: int = typer.Option(1000, "--steps", help=f"Training steps per setting (at most {MAX_STEPS:,})."),
     power_limit: float | None = typer.Option(None, "--power-limit", help="Power limit in watts on every GPU."),
     sm_clock: int | None = typer.Option(None, "--sm-clock", help="Lock SM clocks at this supported MHz."),
     sweep: str | None = typer.Option(None, "--sweep", help="Sweep a knob: power-limit or sm-clock."),
@@ -103,16 +158,22 @@ def simulate_command(
         raise ConfigError(f"--sweep must be one of {', '.join(SWEEPS)}, got {sweep!r}")
     if sweep == "power-limit" and power_limit is not None or sweep == "sm-clock" and sm_clock is not None:
         raise ConfigError(f"--sweep {sweep} already sets that knob; drop the fixed value")
+    for flag, value in (("--power-limit", power_limit), ("--noise", noise), ("--counter-period", counter_period)):
+        check_finite(flag, value)
+    if json_out is not None:
+        check_json_path(json_out)
     config = JobConfig(gpu=gpu, workload=workload, gpus=gpus, steps=steps, batch_size=batch_size,
                        calibrated={"auto": None, "calibrated": True, "parametric": False}[model], seed=seed,
                        time_noise=noise, power_noise=noise, counter_period_s=counter_period,
                        straggler=parse_straggler(straggler))
     with SimulatedJob(config) as job:
-        baseline = job.run()  # the default settings: maximum power limit, clocks floating
-        if sweep is None:
-            results = [job.run(power_limit, sm_clock)]
-        else:
-            results = job.sweep(sweep, power_limit_w=power_limit, sm_clock_mhz=sm_clock)
+        settings = 2 if sweep is None else 1 + len(sweep_values(job.gpus, sweep))
+        with progress_bar(settings * steps, gpus) as progress:
+            baseline = job.run(progress=progress)  # the default settings: maximum power limit, clocks floating
+            if sweep is None:
+                results = [job.run(power_limit, sm_clock, progress)]
+            else:
+                results = job.sweep(sweep, power_limit_w=power_limit, sm_clock_mhz=sm_clock, progress=progress)
         m = job.model
     kind = "calibrated on a measured trace" if m.calibrated else "parametric model"
     title = (f"simulated: {gpus} x {m.spec.name}, {m.workload}, batch {m.batch_size}/GPU, {steps} steps "
@@ -128,12 +189,20 @@ def simulate_command(
                       f"time-optimal: {_setting(best_time)}, {best_time.samples_per_s:,.1f} samples/s")
     console.print("model assumptions: " + "; ".join(m.assumptions), style="dim")
     if json_out is not None:
-        write_json_atomic(json_out, {"schema": SIMULATE_SCHEMA, "config": asdict(config), "gpu": m.spec.name,
+        _write_json(json_out, {"schema": SIMULATE_SCHEMA, "config": asdict(config), "gpu": m.spec.name,
                                      "workload": m.workload, "batch_size": m.batch_size,
                                      "calibrated": m.calibrated, "assumptions": list(m.assumptions),
                                      "baseline": baseline.as_dict(),
-                                     "results": [r.as_dict() for r in results]})
+                               "results": [r.as_dict() for r in results]})
         console.print(f"results written to {json_out}")
+
+
+def _write_json(path: Path, data: dict[str, object]) -> None:
+    check_json_path(path)  # again: the folder may have gone while the simulation ran
+    try:
+        write_json_atomic(path, data)
+    except OSError as exc:
+        raise ConfigError(f"--json {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def _setting(result: SettingResult) -> str:

@@ -1,125 +1,100 @@
-"""``dtpo train``: a built-in workload on local workers, through the same launch path as ``dtpo launch``."""
+"""``dtpo train``: a built-in workload on local workers, through the same launch path as ``dtpo launch``.
+
+The command resolves the whole :class:`~dtpo.core.config.RunConfig` before anything starts (the workload's
+defaults filled in, threads per worker decided, the run directory checked), writes it to
+``RUN_DIR/config.json``, and launches ``dtpo.examples.train`` which reads it back: workers get the
+configuration as data, never as re-parsed flags.
+"""
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
-import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
 
-from dtpo.cli.runs import conclude_run
+from dtpo.cli.options import config_command
+from dtpo.cli.runs import conclude_run, end_run
+from dtpo.core.config import CONFIG_FILE, RunConfig
 from dtpo.core.errors import ConfigError
-from dtpo.core.record import RunRecord, new_run_id
-from dtpo.dist.launch import LaunchOutcome, launch, parse_launch_args
+from dtpo.core.record import RunRecord
+from dtpo.dist.launch import LaunchOutcome, launch, parse_launch_args, worker_environment
+from dtpo.dist.run_dir import prepare_run_dir
 from dtpo.examples import get_workload
-from dtpo.session.config import EnergyConfig, KnobConfig, SessionConfig
+
+log = logging.getLogger(__name__)
+
+CONFIG_ENV = "DTPO_CONFIG"
 
 
-@dataclass
-class TrainOptions:
-    """What ``dtpo train`` and ``dtpo bench`` pass to the example training script.
-
-    Attributes:
-        workload: ``lm``, ``mlp`` or ``cnn``.
-        steps: Optimizer steps (``None``: the workload's default).
-        batch_size: Per-worker micro-batch size (``None``: the workload's default).
-        precision: ``32-true``, ``bf16-mixed`` or ``16-mixed``.
-        grad_accum: Micro-batches per optimizer step.
-        strategy: ``ddp`` or ``fsdp``.
-        lr: Learning rate (``None``: the workload's default).
-        seed: Seed for the model and the data.
-        energy: Measurement of energy: on/off, CPU TDP, grid intensity, price.
-        knobs: GPU power limit / SM clock for the run, and whether to apply, dry-run or only observe.
-    """
-
-    workload: str = "lm"
-    steps: int | None = None
-    batch_size: int | None = None
-    precision: str = "32-true"
-    grad_accum: int = 1
-    strategy: str = "ddp"
-    lr: float | None = None
-    seed: int = 0
-    energy: EnergyConfig = field(default_factory=EnergyConfig)
-    knobs: KnobConfig = field(default_factory=KnobConfig)
-
-    def __post_init__(self) -> None:
-        get_workload(self.workload)  # raises ConfigError naming the choices
-        if self.steps is not None and self.steps < 1:
-            raise ConfigError(f"--steps must be >= 1, got {self.steps}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.lr is not None and self.lr <= 0:
-            raise ConfigError(f"--lr must be positive, got {self.lr}")
-        SessionConfig(precision=self.precision, strategy=self.strategy, grad_accum=self.grad_accum)
-
-    def script_args(self) -> list[str]:
-        """The training script's command line."""
-        args = ["--workload", self.workload, "--precision", self.precision, "--grad-accum", str(self.grad_accum),
-                "--strategy", self.strategy, "--seed", str(self.seed)]
-        energy = self.energy
-        for flag, value in (("--steps", self.steps), ("--batch-size", self.batch_size), ("--lr", self.lr),
-                            ("--cpu-tdp", energy.cpu_tdp_w), ("--price-per-kwh", energy.price_per_kwh)):
-            if value is not None:
-                args += [flag, str(value)]
-        args += ["--grid-intensity", str(energy.grid_g_per_kwh)]
-        knobs = self.knobs
-        for flag, value in (("--power-limit", knobs.power_limit_w), ("--sm-clock", knobs.sm_clock_mhz)):
-            if value is not None:
-                args += [flag, str(value)]
-        if knobs.requested:
-            args += ["--knob-mode", knobs.mode]
-        return args + ([] if energy.enabled else ["--no-energy"])
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
-def check_workers(workers: int) -> None:
-    """Reject a worker count below 1."""
-    if workers < 1:
-        raise ConfigError(f"--workers must be >= 1, got {workers}")
+def threads_per_worker(config: RunConfig, environ: dict[str, str] | os._Environ[str] = os.environ) -> int:
+    """Compute threads for each worker: the configured value, else ``OMP_NUM_THREADS`` if the user set it,
+    else the usable cores split between the workers (at least one each)."""
+    if config.launch.threads_per_worker is not None:
+        return config.launch.threads_per_worker
+    user = environ.get("OMP_NUM_THREADS", "").strip()
+    if user:
+        if user.isdigit() and int(user) > 0:
+            return int(user)
+        raise ConfigError(f"OMP_NUM_THREADS must be a positive integer, got {user!r}")
+    return max(1, usable_cores() // config.launch.workers)
 
 
-def launch_training(options: TrainOptions, workers: int, run_dir: Path) -> LaunchOutcome:
-    """Train ``options.workload`` on ``workers`` local processes through ``dtpo launch``."""
-    check_workers(workers)
-    # Split the cores between workers instead of torchrun's blanket OMP_NUM_THREADS=1.
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
-    argv = ["--standalone", "--nproc-per-node", str(workers), "--run-dir", str(run_dir),
-            "-m", "dtpo.examples.train", *options.script_args()]
-    return launch(parse_launch_args(argv))
+def resolve(config: RunConfig) -> RunConfig:
+    """Fill in what the defaults leave open: the workload's own steps, batch size and learning rate, and the
+    threads per worker; check what needs several sections at once."""
+    workload = get_workload(config.workload.name)
+    steps = config.workload.steps or workload.default_steps
+    warmup = config.session.warmup_steps
+    if steps <= warmup:
+        raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
+                          f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
+    return config.replace(
+        workload={"steps": steps, "batch_size": config.workload.batch_size or workload.default_batch_size,
+                  "lr": config.workload.lr if config.workload.lr is not None else workload.default_lr},
+        launch={"threads_per_worker": threads_per_worker(config)})
 
 
-def train_command(
-    workload: str = typer.Option("lm", help="Built-in workload: lm (character-level GPT), mlp, cnn."),
-    workers: int = typer.Option(2, help="Local worker processes."),
-    steps: int = typer.Option(None, help="Optimizer steps (default: the workload's)."),
-    batch_size: int = typer.Option(None, help="Micro-batch size per worker (default: the workload's)."),
-    precision: str = typer.Option("32-true", help="32-true, bf16-mixed or 16-mixed."),
-    grad_accum: int = typer.Option(1, help="Micro-batches per optimizer step."),
-    strategy: str = typer.Option("ddp", help="ddp or fsdp."),
-    lr: float = typer.Option(None, help="Learning rate (default: the workload's)."),
-    seed: int = typer.Option(0, help="Seed for the model and the data."),
-    run_dir: Path = typer.Option(None, help="Where to write the record (default: runs/<run-id>)."),
-    energy: bool = typer.Option(True, help="Measure energy (NVML, RAPL, else a model labelled estimated)."),
-    cpu_tdp: float = typer.Option(None, help="CPU TDP in watts for the modelled CPU (default: a table)."),
-    grid_intensity: float = typer.Option(475.0, help="Grid carbon intensity, g CO2e per kWh."),
-    price_per_kwh: float = typer.Option(None, help="Electricity price per kWh, for the cost figure."),
-    power_limit: float = typer.Option(None, help="GPU power limit (W) for the run; restored afterwards."),
-    sm_clock: int = typer.Option(None, help="Lock GPU SM clocks at this supported MHz for the run."),
-    knob_mode: str = typer.Option("apply", help="apply, dry-run (log what would be set) or observe."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Same as --knob-mode dry-run."),
-) -> None:
+def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
+    """Train ``config`` (already resolved) on ``config.launch.workers`` local processes through ``dtpo launch``."""
+    path = config.replace(launch={"run_dir": str(run_dir)}).save(run_dir / CONFIG_FILE)
+    argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir),
+            "--overwrite", "-m", "dtpo.examples.train"]
+    if config.launch.backend:
+        argv[-2:-2] = ["--backend", config.launch.backend]
+    threads = str(config.launch.threads_per_worker or threads_per_worker(config))
+    with worker_environment({CONFIG_ENV: str(path), "OMP_NUM_THREADS": threads}):
+        return launch(parse_launch_args(argv))
+
+
+def run_training(config: RunConfig, dry_run: bool = False) -> RunRecord:
+    """``dtpo train`` after parsing: resolve, prepare the run directory, launch, conclude."""
+    if dry_run:
+        config = config.replace(knobs={"mode": "dry-run"})
+    config = resolve(config)
+    run_dir = prepare_run_dir(config.launch.run_dir, overwrite=config.launch.overwrite)
+    outcome = launch_training(config, run_dir)
+    record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None
+    end_run(outcome, record)
+    assert record is not None
+    return record
+
+
+def _train(config: RunConfig, dry_run: bool = False) -> None:
     """Train a built-in example workload on local workers and print where the time and energy went."""
-    energy_config = EnergyConfig(enabled=energy, cpu_tdp_w=cpu_tdp, grid_g_per_kwh=grid_intensity,
-                                 price_per_kwh=price_per_kwh)
-    knobs = KnobConfig(power_limit, sm_clock, "dry-run" if dry_run else knob_mode)
-    options = TrainOptions(workload, steps, batch_size, precision, grad_accum, strategy, lr, seed, energy_config,
-                           knobs)
-    check_workers(workers)
-    outcome = launch_training(options, workers, run_dir or Path("runs") / new_run_id())
-    record: RunRecord | None = conclude_run(outcome)
-    if outcome.failed or record is None:
-        print(f"dtpo: run failed: {outcome.message or 'no record was written'}; see {outcome.run_dir}",
-              file=sys.stderr)
-        raise typer.Exit(1)
+    run_training(config, dry_run)
+
+
+train_command = config_command(_train, extra=[inspect.Parameter(
+    "dry_run", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+    default=typer.Option(False, "--dry-run", help="Same as --knob-mode dry-run: log GPU knob changes, make none."))])

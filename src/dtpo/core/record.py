@@ -1,14 +1,21 @@
 """The run record: what one run measured, written as ``RUN_DIR/record.json``.
 
-The schema is versioned (:data:`SCHEMA`). Readers check the version; writers always write the current one.
-Energy fields are reserved (``None``) until an energy monitor fills them, so later layers slot in without a
-schema break.
+The schema is versioned (:data:`SCHEMA`). Writers always write the current one; readers accept every
+version in :data:`READABLE_SCHEMAS` and convert older ones on load (``dtpo.run/1`` records have no
+``attempt`` or ``restarts``: they load as attempt 0 with no restarts).
+
+In memory every run-level figure is a :class:`~dtpo.core.measurement.Measurement` (``RunRecord.totals``
+and the figures of :class:`EnergyTotals`); in the file each is its JSON dict (``value``, ``unit``,
+``source``, ``note``), as in ``dtpo.run/1``. A key this dtpo does not know is not dropped: loading logs one
+warning naming every such key and keeps them in ``RunRecord.unknown`` (keyed by their path in the file,
+e.g. ``ranks[0].steps[3].foo``), which is written back on save.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import os
 import secrets
 import tempfile
@@ -17,10 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from dtpo.core.errors import DtpoError
+from dtpo.core.measurement import Measurement, measurement_or_none
 
-SCHEMA = "dtpo.run/1"
+logger = logging.getLogger(__name__)
+
+SCHEMA = "dtpo.run/2"
+READABLE_SCHEMAS = ("dtpo.run/1", SCHEMA)
 RECORD_FILE = "record.json"
 RANK_DIR = "ranks"
+STATUSES = ("running", "completed", "failed", "interrupted", "diverged")
 
 
 @dataclass
@@ -58,6 +70,11 @@ class StepRecord:
     sync_wait_s: float | None = None
     loss: float | None = None
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> StepRecord:
+        """Inverse of ``dataclasses.asdict``; keys this class does not know go into ``unknown``."""
+        return cls(**_known(cls, data, unknown, where))
+
 
 @dataclass
 class RankRecord:
@@ -69,11 +86,15 @@ class RankRecord:
         node: Host name of the node.
         device: Device the rank computed on, e.g. ``"cpu"`` or ``"cuda:0 (NVIDIA H100 80GB HBM3)"``.
         flops_per_step: Model FLOPs of one optimizer step on this rank (``torch.utils.flop_counter``).
-        peak_flops: Peak FLOP/s of the device for the run's precision, with its source.
+        peak_flops: Peak FLOP/s of the device for the run's precision, with its source. A
+            :class:`Measurement` or its dict (converted to a :class:`Measurement`).
         steps: Per-step breakdown.
         error: The exception that ended this rank early, if any.
         energy: This rank's devices, energy windows and run window (see ``dtpo.session.step_energy``);
             ``None`` when energy was not measured.
+        knobs: The GPU knobs requested for this rank and what became of them (``applied``, ``mode``,
+            ``gpus``, ``note``); ``None`` when none were requested.
+        switches: Settings changed between optimizer steps (``step``, ``setting``, ``value``), in order.
     """
 
     rank: int
@@ -81,18 +102,148 @@ class RankRecord:
     node: str
     device: str
     flops_per_step: float | None = None
-    peak_flops: dict[str, Any] | None = None
+    peak_flops: Measurement | None = None
     steps: list[StepRecord] = field(default_factory=list)
     error: str | None = None
     energy: dict[str, Any] | None = None
+    knobs: dict[str, Any] | None = None
+    switches: list[dict[str, Any]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.peak_flops = measurement_or_none(self.peak_flops)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "peak_flops")}
+        out["peak_flops"] = self.peak_flops.to_dict() if self.peak_flops is not None else None
+        out["steps"] = [asdict(s) for s in self.steps]
+        return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RankRecord:
-        """Inverse of ``dataclasses.asdict``."""
+    def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> RankRecord:
+        """Inverse of :meth:`to_dict`; keys this class does not know go into ``unknown``.
+
+        Without an ``unknown`` dict to collect them, unknown keys are logged (one warning) and dropped.
+        """
+        collect = unknown if unknown is not None else {}
         data = dict(data)
-        data["steps"] = [StepRecord(**s) for s in data.get("steps", [])]
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        data["steps"] = [StepRecord.from_dict(s, collect, f"{where}steps[{i}].")
+                         for i, s in enumerate(data.get("steps", []))]
+        rank = cls(**_known(cls, data, collect, where))
+        if unknown is None:
+            _warn_unknown(collect, "rank record")
+        return rank
+
+
+@dataclass
+class Restart:
+    """One earlier attempt of a run that was restarted (torchrun ``--max-restarts``).
+
+    Attributes:
+        attempt: The attempt's number (0 for the first).
+        status: How it ended: ``"failed"``, ``"interrupted"`` or ``"diverged"``.
+        error: The first real error of that attempt (not the SIGTERM the survivors received), if known.
+        steps: Optimizer steps it completed (on its slowest rank), if known.
+        time_s: Wall time it ran.
+        energy_j: Energy it used, with its source.
+        started_at: ISO-8601 UTC start time, if known.
+        finished_at: ISO-8601 UTC end time, if known.
+    """
+
+    attempt: int
+    status: str
+    error: str | None = None
+    steps: int | None = None
+    time_s: Measurement | None = None
+    energy_j: Measurement | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    def __post_init__(self) -> None:
+        self.time_s = measurement_or_none(self.time_s)
+        self.energy_j = measurement_or_none(self.energy_j)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in ("time_s", "energy_j"):
+            out[name] = out[name].to_dict() if out[name] is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> Restart:
+        """Inverse of :meth:`to_dict`; keys this class does not know go into ``unknown``."""
+        return cls(**_known(cls, data, unknown, where))
+
+
+@dataclass
+class EnergyTotals:
+    """Run-level energy: every figure a :class:`Measurement`, plus where the joules came from.
+
+    For code written against the JSON form, ``energy["energy_j"]``, ``energy["lost"]`` and ``"cost" in
+    energy`` work as on the dict.
+
+    Attributes:
+        energy_j: Energy of all ranks over what each measured (its run window).
+        average_power_w: ``energy_j`` over ``time_s``.
+        energy_per_sample_j: Energy over samples, both counted over the same steps (see the note).
+        kwh: ``energy_j`` in kWh.
+        co2_g: Emissions at the configured grid intensity (always estimated).
+        cost: Price of the energy, when a price per kWh was given.
+        by_source_j: Joules per energy source (``nvml-counter``, ``rapl``, ``modelled``, ...).
+        time_s: Longest rank's energy-measured time, in seconds.
+        lost: Devices (``rankN/device``) or ranks whose energy is missing, with why.
+    """
+
+    energy_j: Measurement
+    average_power_w: Measurement
+    energy_per_sample_j: Measurement
+    kwh: Measurement
+    co2_g: Measurement
+    cost: Measurement | None = None
+    by_source_j: dict[str, float] = field(default_factory=dict)
+    time_s: float = 0.0
+    lost: dict[str, str] = field(default_factory=dict)
+
+    _FIGURES = ("energy_j", "average_power_w", "energy_per_sample_j", "kwh", "co2_g", "cost")
+
+    def __post_init__(self) -> None:
+        for name in self._FIGURES:
+            setattr(self, name, measurement_or_none(getattr(self, name)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``cost`` left out when there is none, as in ``dtpo.run/1``)."""
+        out: dict[str, Any] = {}
+        for name in self._FIGURES:
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value.to_dict()
+        out.update(by_source_j=dict(self.by_source_j), time_s=self.time_s, lost=dict(self.lost))
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None,
+                  where: str = "energy.") -> EnergyTotals:
+        """Inverse of :meth:`to_dict`; keys this class does not know go into ``unknown``."""
+        collect = unknown if unknown is not None else {}
+        known = _known(cls, data, collect, where)
+        for name in cls._FIGURES:
+            if name in known:
+                known[name] = _measurement(known[name], collect, f"{where}{name}.")
+        return cls(**known)
+
+    def __getitem__(self, key: str) -> Any:
+        """The JSON form's keys: ``energy["energy_j"]`` is ``energy.energy_j``."""
+        if key not in {f.name for f in fields(self)} or getattr(self, key) is None:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in {f.name for f in fields(self)} and getattr(self, key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``energy.get("cost")`` as on the JSON form."""
+        return self[key] if key in self else default
 
 
 @dataclass
@@ -101,16 +252,20 @@ class RunRecord:
 
     Attributes:
         run_id: Name of the run (its directory name by default).
-        status: ``"completed"``, ``"failed"`` or ``"running"``.
+        status: One of :data:`STATUSES`: ``"completed"``, ``"failed"``, ``"interrupted"`` (SIGINT/SIGTERM),
+            ``"diverged"`` (the loss became NaN or infinite) or ``"running"``.
         started_at: ISO-8601 UTC start time.
         finished_at: ISO-8601 UTC end time, if finished.
         config: The run's configuration (Session and workload settings).
         environment: Software and hardware the run used.
         ranks: Per-rank measurements, ordered by rank.
-        totals: Run-level figures, each a :class:`~dtpo.core.measurement.Measurement` dict.
-        energy: Run-level energy figures (total, power, per sample, kWh, emissions, cost), each a
-            :class:`~dtpo.core.measurement.Measurement` dict; ``None`` when energy was not measured.
+        totals: Run-level figures by name (``throughput``, ``mfu``, ...), each a :class:`Measurement`
+            (JSON dicts given here are converted).
+        energy: Run-level energy; ``None`` when energy was not measured (a dict given here is converted).
         error: Why the run failed, if it did.
+        attempt: Which attempt of the run this record is (0 for the first; more after restarts).
+        restarts: The earlier attempts, oldest first, one :class:`Restart` each.
+        unknown: Keys found when loading that this dtpo does not know, by their path in the file.
         schema: Schema version of this record.
     """
 
@@ -121,24 +276,69 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
     ranks: list[RankRecord] = field(default_factory=list)
-    totals: dict[str, Any] = field(default_factory=dict)
-    energy: dict[str, Any] | None = None
+    totals: dict[str, Measurement] = field(default_factory=dict)
+    energy: EnergyTotals | None = None
     error: str | None = None
+    attempt: int = 0
+    restarts: list[Restart] = field(default_factory=list)
+    unknown: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
 
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown run status {self.status!r} (choose from: {', '.join(STATUSES)})")
+        self.totals = {k: measurement_or_none(v) for k, v in self.totals.items()}  # type: ignore[misc]
+        if isinstance(self.energy, dict):
+            self.energy = EnergyTotals.from_dict(self.energy, self.unknown)
+        self.restarts = [r if isinstance(r, Restart) else Restart.from_dict(r, self.unknown, f"restarts[{i}].")
+                         for i, r in enumerate(self.restarts)]
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return asdict(self)
+        """A JSON-ready dict (``unknown`` left out when empty)."""
+        out: dict[str, Any] = {
+            "schema": self.schema, "run_id": self.run_id, "status": self.status, "attempt": self.attempt,
+            "started_at": self.started_at, "finished_at": self.finished_at, "config": self.config,
+            "environment": self.environment, "ranks": [r.to_dict() for r in self.ranks],
+            "totals": {k: v.to_dict() for k, v in self.totals.items()},
+            "energy": self.energy.to_dict() if self.energy is not None else None,
+            "error": self.error, "restarts": [r.to_dict() for r in self.restarts],
+        }
+        if self.unknown:
+            out["unknown"] = self.unknown
+        return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
-        """Build a record from its dict, checking the schema version."""
-        if data.get("schema") != SCHEMA:
-            raise DtpoError(f"unsupported record schema {data.get('schema')!r} (this dtpo reads {SCHEMA})")
+    def from_dict(cls, data: dict[str, Any], source: str = "record") -> RunRecord:
+        """Build a record from its dict, checking the schema version and converting older ones.
+
+        Args:
+            data: The record's JSON form.
+            source: What to call it in the warning about unknown keys (e.g. its path).
+        """
+        schema = data.get("schema")
+        if schema not in READABLE_SCHEMAS:
+            raise DtpoError(f"unsupported record schema {schema!r} (this dtpo reads "
+                            f"{', '.join(READABLE_SCHEMAS)})")
         data = dict(data)
-        data["ranks"] = [RankRecord.from_dict(r) for r in data.get("ranks", [])]
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        unknown: dict[str, Any] = dict(data.pop("unknown", None) or {})
+        reported = set(unknown)  # found by an earlier load and kept: not news
+        try:
+            data["ranks"] = [RankRecord.from_dict(r, unknown, f"ranks[{i}].")
+                             for i, r in enumerate(data.get("ranks", []))]
+            totals = data.get("totals") or {}
+            data["totals"] = {k: _measurement(v, unknown, f"totals.{k}.") for k, v in totals.items()}
+            if data.get("energy") is not None:
+                data["energy"] = EnergyTotals.from_dict(data["energy"], unknown)
+            data["restarts"] = [Restart.from_dict(r, unknown, f"restarts[{i}].")
+                                for i, r in enumerate(data.get("restarts") or [])]
+            if schema != SCHEMA:
+                logger.debug("%s: converted from %s to %s", source, schema, SCHEMA)
+                data["schema"] = SCHEMA
+            record = cls(**_known(cls, data, unknown, ""), unknown=unknown)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise DtpoError(f"{source} is not a valid run record ({type(exc).__name__}: {exc})") from None
+        _warn_unknown({k: v for k, v in unknown.items() if k not in reported}, source)
+        return record
 
     def save(self, run_dir: str | os.PathLike[str]) -> Path:
         """Write ``record.json`` into ``run_dir`` atomically; returns its path."""
@@ -158,7 +358,9 @@ class RunRecord:
             raise DtpoError(f"no run record at {path}") from None
         except json.JSONDecodeError as exc:
             raise DtpoError(f"run record {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        return cls.from_dict(data)
+        if not isinstance(data, dict):
+            raise DtpoError(f"run record {path} is not a JSON object")
+        return cls.from_dict(data, source=str(path))
 
 
 def new_run_id() -> str:
@@ -166,16 +368,53 @@ def new_run_id() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
-def rank_record_path(run_dir: str | os.PathLike[str], rank: int) -> Path:
-    """Where rank ``rank`` keeps its own partial record, so a crashed run still leaves data."""
-    return Path(run_dir) / RANK_DIR / f"rank{rank:05d}.json"
+def rank_record_path(run_dir: str | os.PathLike[str], rank: int, attempt: int = 0) -> Path:
+    """Where rank ``rank`` keeps its own partial record, so a crashed run still leaves data.
+
+    The first attempt's partials live in ``RUN_DIR/ranks/``; after torchrun restarted the workers, attempt N's
+    in ``RUN_DIR/ranks/attempt-N/``, so no attempt overwrites another's.
+    """
+    folder = Path(run_dir) / RANK_DIR
+    if attempt:
+        folder = folder / f"attempt-{attempt}"
+    return folder / f"rank{rank:05d}.json"
+
+
+def partial_attempts(run_dir: str | os.PathLike[str]) -> list[int]:
+    """The attempts that left partial records in a run directory, oldest first."""
+    folder = Path(run_dir) / RANK_DIR
+    found = {0} if any(folder.glob("rank*.json")) else set()
+    for sub in folder.glob("attempt-*"):
+        suffix = sub.name.removeprefix("attempt-")
+        if suffix.isdigit() and any(sub.glob("rank*.json")):
+            found.add(int(suffix))
+    return sorted(found)
+
+
+def current_umask() -> int:
+    """The process's file-creation mask, read without changing it where the OS allows."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # no other way to read it: set and put back at once
+    os.umask(mask)
+    return mask
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a crash leaves either the old file or the new one, never half of one."""
+    """Write JSON so that a crash leaves either the old file or the new one, never half of one.
+
+    The file gets the mode an ordinary ``open()`` would give it (``0o666`` less the umask), not the
+    ``0o600`` of a temporary file, so teammates can read a shared run directory.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=1)
             fh.flush()
@@ -186,12 +425,46 @@ def write_json_atomic(path: Path, data: Any) -> None:
         raise
 
 
-def load_partial_records(run_dir: str | os.PathLike[str]) -> list[RunRecord]:
-    """The per-rank partial records a run left in ``RUN_DIR/ranks/``, ordered by rank (unreadable ones skipped)."""
+def load_partial_records(run_dir: str | os.PathLike[str], attempt: int | None = None) -> list[RunRecord]:
+    """The per-rank partial records one attempt left (default: the latest), ordered by rank (unreadable ones
+    skipped)."""
+    if attempt is None:
+        attempt = max(partial_attempts(run_dir), default=0)
     found = []
-    for path in sorted((Path(run_dir) / RANK_DIR).glob("rank*.json")):
+    for path in sorted(rank_record_path(run_dir, 0, attempt).parent.glob("rank*.json")):
         try:
-            found.append(RunRecord.from_dict(json.loads(path.read_text())))
-        except (OSError, json.JSONDecodeError, DtpoError, TypeError, KeyError):
+            found.append(RunRecord.from_dict(json.loads(path.read_text()), source=str(path)))
+        except (OSError, json.JSONDecodeError, DtpoError, TypeError, KeyError, ValueError, AttributeError):
+            logger.warning("partial record %s is unreadable; skipped", path)
             continue
     return found
+
+
+def _known(cls: type, data: dict[str, Any], unknown: dict[str, Any] | None, where: str) -> dict[str, Any]:
+    """The items of ``data`` that are fields of ``cls``; the others go into ``unknown`` under ``where + key``."""
+    names = {f.name for f in fields(cls)}
+    out = {}
+    for key, value in data.items():
+        if key in names:
+            out[key] = value
+        elif unknown is not None:
+            unknown[f"{where}{key}"] = value
+    return out
+
+
+def _measurement(data: Any, unknown: dict[str, Any], where: str) -> Measurement | None:
+    """A measurement from its JSON form; keys beyond value/unit/source/note go into ``unknown``."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise DtpoError(f"record field {where.rstrip('.')} is not a measurement: {data!r}")
+    for key, value in data.items():
+        if key not in ("value", "unit", "source", "note"):
+            unknown[f"{where}{key}"] = value
+    return Measurement.from_dict(data)
+
+
+def _warn_unknown(unknown: dict[str, Any], source: str) -> None:
+    if unknown:
+        logger.warning("%s has fields this dtpo does not know, kept under 'unknown': %s", source,
+                       ", ".join(sorted(unknown)))

@@ -9,7 +9,9 @@ Two things need every rank's steps at once, so they are done here rather than on
   the tail is communication not hidden behind backward. Gathering the numbers once at the end costs the
   hot loop nothing, unlike a per-step all-gather.
 * **Totals**: throughput, MFU, communication overhead, synchronisation latency, each a
-  :class:`~dtpo.core.measurement.Measurement`.
+  :class:`~dtpo.core.measurement.Measurement`, over the steps every rank recorded; and energy, where every
+  per-sample figure counts joules and samples over the same steps (a rank killed mid-run leaves an older
+  partial record than its peers: its steps and the others' energy must not be mixed).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import statistics
 from typing import Any
 
 from dtpo.core.measurement import Measurement
-from dtpo.core.record import RankRecord, RunRecord, StepRecord, load_partial_records
+from dtpo.core.record import EnergyTotals, RankRecord, Restart, RunRecord, StepRecord, load_partial_records
 
 BREAKDOWN_PARTS = ("data_wait_s", "compute_s", "comm_exposed_s", "sync_wait_s", "optimizer_s")
 
@@ -51,22 +53,32 @@ def measured_steps(rank: RankRecord) -> list[StepRecord]:
     return [s for s in rank.steps if not s.warmup]
 
 
-def compute_totals(ranks: list[RankRecord]) -> dict[str, Any]:
-    """Run-level figures as a dict of :class:`Measurement` dicts (empty when no step was measured)."""
+def compute_totals(ranks: list[RankRecord]) -> dict[str, Measurement]:
+    """Run-level figures by name (empty when no step was measured).
+
+    Every figure is taken over the measured steps that every rank recorded, so samples, time and FLOPs
+    of all ranks cover the same steps. When ranks recorded different numbers of steps (a rank was killed
+    and its last partial record is older), ``measured_steps`` says how many each recorded.
+    """
     per_rank = [measured_steps(r) for r in ranks]
     count = min((len(s) for s in per_rank), default=0)
     if count == 0:
         return {}
+    counts = [len(s) for s in per_rank]
     per_rank = [s[:count] for s in per_rank]
     walls = [sum(s.step_s for s in steps) for steps in per_rank]
     wall = max(walls)
     samples = sum(s.samples for steps in per_rank for s in steps)
+    steps_note = "" if len(set(counts)) == 1 else (
+        "steps every rank recorded; " + ", ".join(f"rank {r.rank} recorded {n}" for r, n in zip(ranks, counts,
+                                                                                                  strict=True)))
     totals: dict[str, Measurement] = {
-        "measured_steps": Measurement(count, "steps"),
+        "measured_steps": Measurement(count, "steps", "measured", steps_note),
         "wall_s": Measurement(wall, "s"),
         "samples": Measurement(samples, "samples"),
-        "throughput": Measurement(samples / wall, "samples/s", "derived"),
-        "throughput_per_worker": Measurement(samples / wall / len(ranks), "samples/s", "derived"),
+        "throughput": Measurement(samples / wall if wall > 0 else None, "samples/s", "derived"),
+        "throughput_per_worker": Measurement(samples / wall / len(ranks) if wall > 0 else None, "samples/s",
+                                             "derived"),
         "step_time_s": Measurement(statistics.median(max(col) for col in _columns(per_rank, "step_s")), "s",
                                    "derived", "median over steps of the slowest rank's step"),
     }
@@ -76,7 +88,9 @@ def compute_totals(ranks: list[RankRecord]) -> dict[str, Any]:
             totals[f"{part[:-2]}_fraction"] = Measurement(None, "fraction", "derived",
                                                           "not measured with this strategy")
             continue
-        totals[f"{part[:-2]}_fraction"] = Measurement(sum(values) / sum(walls), "fraction", "derived")
+        total_wall = sum(walls)
+        totals[f"{part[:-2]}_fraction"] = Measurement(sum(values) / total_wall if total_wall > 0 else None,
+                                                      "fraction", "derived")
     totals["comm_overhead"] = Measurement(totals["comm_exposed_fraction"].value, "fraction", "derived",
                                           "share of step time in collectives not hidden behind backward")
     waits = [s.sync_wait_s for steps in per_rank for s in steps]
@@ -89,54 +103,100 @@ def compute_totals(ranks: list[RankRecord]) -> dict[str, Any]:
     if losses:
         totals["loss_first"] = Measurement(losses[0], "loss")
         totals["loss_last"] = Measurement(losses[-1], "loss")
-    return {k: v.to_dict() for k, v in totals.items()}
+    return totals
 
 
-def energy_totals(ranks: list[RankRecord], samples: float | None, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """Run-level energy: every rank's run window summed, with power, per-sample, kWh, emissions and cost.
+def energy_totals(ranks: list[RankRecord], settings: dict[str, Any], completed: bool = True) -> EnergyTotals | None:
+    """Run-level energy: what every rank measured, with power, per-sample, kWh, emissions and cost.
+
+    ``energy_j`` and ``average_power_w`` sum every rank's run window (each over the time that rank
+    measured). ``energy_per_sample_j`` counts energy and samples over the same steps: the energy windows
+    that end, on every rank that measured energy, at a step every rank recorded; samples of all ranks over
+    those steps. In a run that did not complete, a window shorter than the others was closed when the rank
+    stopped, possibly mid-step or while it hung on a dead peer, so it is left out of the per-sample figure.
 
     Args:
-        ranks: Rank records whose ``energy`` sections hold a ``run`` window.
-        samples: Samples processed in the measured steps (all ranks).
-        settings: The run's energy settings (``grid_g_per_kwh``, ``price_per_kwh``, ``currency``).
+        ranks: Rank records; those with an ``energy`` section count.
+        settings: The run's energy settings (``grid_g_per_kwh``, ``price_per_kwh``, ``currency``,
+            ``window_steps``).
+        completed: Whether the run completed (every rank closed its last window right after its last step).
+
+    Returns:
+        ``None`` when no rank measured energy.
     """
-    runs = [r.energy["run"] for r in ranks if r.energy and r.energy.get("run")]
-    if not runs:
+    measured = [r for r in ranks if r.energy and (r.energy.get("run") or r.energy.get("windows"))]
+    if not measured:
         return None
-    total_j = sum(run["total_j"] for run in runs)
-    time_s = max(run["time_s"] for run in runs)
+    total_j = 0.0
+    time_s = 0.0
     by_source: dict[str, float] = {}
-    for run in runs:
-        for device, joules in run["energy_j"].items():
-            source = run["sources"][device]
-            by_source[source] = by_source.get(source, 0.0) + joules
-    estimated = any(run["estimated"] for run in runs)
+    estimated = False
+    for rank in measured:
+        spans = [rank.energy["run"]] if rank.energy.get("run") else list(rank.energy.get("windows") or [])
+        for span in spans:
+            total_j += span["total_j"]
+            estimated = estimated or bool(span.get("estimated"))
+            for device, joules in span["energy_j"].items():
+                source = span["sources"].get(device, "unknown")
+                by_source[source] = by_source.get(source, 0.0) + joules
+        time_s = max(time_s, sum(span["time_s"] for span in spans))
+    lost = {f"rank{r.rank}/{dev}": why for r in ranks if r.energy for dev, why in r.energy.get("lost", {}).items()}
+    measured_ranks = {r.rank for r in measured}
+    for r in ranks:
+        if r.rank not in measured_ranks:
+            lost[f"rank{r.rank}"] = "left no energy measurement (it ended before writing one); its devices are " \
+                                    "not counted"
     source: Any = "estimated" if estimated else "measured"
     note = "from " + ", ".join(f"{k} {v:.1f} J" for k, v in sorted(by_source.items()))
     kwh = total_j / 3.6e6
     grid = settings.get("grid_g_per_kwh", 475.0)
-    out: dict[str, Measurement] = {
-        "energy_j": Measurement(total_j, "J", source, note),
-        "average_power_w": Measurement(total_j / time_s if time_s > 0 else None, "W", source),
-        "energy_per_sample_j": Measurement(total_j / samples if samples else None, "J/sample", source),
-        "kwh": Measurement(kwh, "kWh", source),
-        "co2_g": Measurement(kwh * grid, "g CO2e", "estimated", f"grid intensity {grid:g} g CO2e/kWh"),
-    }
     price = settings.get("price_per_kwh")
-    if price is not None:
-        out["cost"] = Measurement(kwh * price, settings.get("currency", "USD"), source, f"{price:g} per kWh")
-    lost = {f"rank{r.rank}/{dev}": why for r in ranks if r.energy for dev, why in r.energy.get("lost", {}).items()}
-    result: dict[str, Any] = {k: v.to_dict() for k, v in out.items()}
-    result.update(by_source_j=by_source, time_s=time_s, lost=lost)
-    return result
+    return EnergyTotals(
+        energy_j=Measurement(total_j, "J", source, note),
+        average_power_w=Measurement(total_j / time_s if time_s > 0 else None, "W", source),
+        energy_per_sample_j=_energy_per_sample(ranks, measured, settings.get("window_steps"), completed, source),
+        kwh=Measurement(kwh, "kWh", source),
+        co2_g=Measurement(kwh * grid, "g CO2e", "estimated", f"grid intensity {grid:g} g CO2e/kWh"),
+        cost=(Measurement(kwh * price, settings.get("currency", "USD"), source, f"{price:g} per kWh")
+              if price is not None else None),
+        by_source_j=by_source, time_s=time_s, lost=lost)
+
+
+def _energy_per_sample(ranks: list[RankRecord], measured: list[RankRecord], window_steps: int | None,
+                       completed: bool, source: Any) -> Measurement:
+    """Joules per sample with energy and samples over the same steps (see :func:`energy_totals`)."""
+    unit = "J/sample"
+    windows = {r.rank: list(r.energy.get("windows") or []) for r in measured}  # type: ignore[union-attr]
+    lengths = [w["last_step"] - w["first_step"] + 1 for ws in windows.values() for w in ws]
+    full = window_steps or max(lengths, default=0)
+    if not completed:
+        windows = {k: [w for w in ws if w["last_step"] - w["first_step"] + 1 >= full] for k, ws in windows.items()}
+    recorded = [max((s.step for s in measured_steps(r)), default=None) for r in ranks]
+    if any(last is None for last in recorded):
+        return Measurement(None, unit, source, "a rank recorded no measured step")
+    ends = set.intersection(*({w["last_step"] for w in ws} for ws in windows.values()))
+    ends = {e for e in ends if e <= min(recorded)}  # type: ignore[type-var]
+    if not ends:
+        return Measurement(None, unit, source, "no energy window ends within the steps every rank recorded")
+    last = max(ends)
+    joules = sum(w["total_j"] for ws in windows.values() for w in ws if w["last_step"] <= last)
+    first = min(w["first_step"] for ws in windows.values() for w in ws)
+    samples = sum(s.samples for r in ranks for s in measured_steps(r) if first <= s.step <= last)
+    if samples <= 0:
+        return Measurement(None, unit, source, "no samples in the energy-measured steps")
+    note = f"steps {first}-{last}, {samples} samples"
+    missing = [r.rank for r in ranks if r.rank not in windows]
+    if missing:
+        note += "; without the devices of rank(s) " + ", ".join(map(str, missing))
+    return Measurement(joules / samples, unit, source, note)
 
 
 def finalize(record: RunRecord) -> RunRecord:
     """Split tails into sync wait and exposed communication, then compute totals and energy, in place."""
     split_tail(record.ranks)
     record.totals = compute_totals(record.ranks)
-    samples = record.totals.get("samples", {}).get("value")
-    record.energy = energy_totals(record.ranks, samples, record.config.get("energy", {}))
+    record.energy = energy_totals(record.ranks, record.config.get("energy", {}),
+                                  completed=record.status == "completed")
     return record
 
 
@@ -145,15 +205,24 @@ def _columns(per_rank: list[list[StepRecord]], field: str) -> list[list[float]]:
 
 
 def _mfu(ranks: list[RankRecord], per_rank: list[list[StepRecord]], walls: list[float]) -> Measurement:
-    """Model FLOPs utilisation: FLOPs done per second over the devices' peak, averaged over ranks."""
+    """Model FLOPs utilisation: FLOPs done per second over the devices' peak, averaged over ranks.
+
+    A utilisation above 100 % cannot be true (the peak was measured or looked up for other kernels than
+    the step ran): MFU is then reported unknown with the figure in the note, never as a number.
+    """
     values = []
     sources = set()
     for rank, steps, wall in zip(ranks, per_rank, walls, strict=True):
-        peak = rank.peak_flops or {}
-        if not rank.flops_per_step or not peak.get("value") or wall <= 0:
+        peak = rank.peak_flops
+        if not rank.flops_per_step or peak is None or not peak.value or wall <= 0:
             return Measurement(None, "fraction", "derived", "FLOPs or peak unknown")
-        values.append(rank.flops_per_step * len(steps) / wall / peak["value"])
-        sources.add(peak.get("note", ""))
+        value = rank.flops_per_step * len(steps) / wall / peak.value
+        if value > 1.0:
+            return Measurement(None, "fraction", "derived",
+                               f"rank {rank.rank} came out at {100 * value:.0f}% of its peak ({peak.note or 'peak'}), "
+                               "which cannot be true: the peak does not describe the kernels the step ran")
+        values.append(value)
+        sources.add(peak.note)
     return Measurement(statistics.fmean(values), "fraction", "derived", "; ".join(sorted(s for s in sources if s)))
 
 
@@ -166,10 +235,48 @@ def record_from_partials(run_dir: str | os.PathLike[str], status: str, error: st
     partials = load_partial_records(run_dir)
     if not partials:
         return None
+    mark_silent_ranks(partials)
     first = partials[0]
     record = RunRecord(first.run_id, status, first.started_at,
                        finished_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                        config=first.config, environment=first.environment,
                        ranks=sorted((p.ranks[0] for p in partials if p.ranks), key=lambda r: r.rank),
-                       error=error or next((p.error for p in partials if p.error), None))
+                       error=error or next((p.error for p in partials if p.error), None),
+                       attempt=first.attempt, restarts=first.restarts)
     return finalize(record)
+
+
+SILENT_RANK = "stopped without writing its end (killed: SIGKILL, out of memory, or its node was lost)"
+
+
+def mark_silent_ranks(partials: list[RunRecord]) -> None:
+    """A rank whose partial record still says ``running`` after its attempt ended was killed before it could
+    write anything: say so on its rank record instead of leaving it looking alive."""
+    for partial in partials:
+        if partial.status == "running":
+            for rank in partial.ranks:
+                rank.error = rank.error or SILENT_RANK
+
+
+def attempt_summary(partials: list[RunRecord], attempt: int, status: str, error: str | None) -> Restart:
+    """One earlier attempt of a restarted run, from the partial records its ranks left.
+
+    Args:
+        partials: That attempt's partial records.
+        attempt: Its number.
+        status: How it ended (from the launcher's view: ``failed`` unless a signal or divergence ended it).
+        error: Its first real error as the launcher saw it, if known.
+    """
+    mark_silent_ranks(partials)
+    ranks = [r for p in partials for r in p.ranks]
+    steps = min((len(r.steps) for r in ranks), default=None)
+    time_s = max((sum(s.step_s for s in r.steps) for r in ranks), default=None)
+    windows = [w for r in ranks if r.energy for w in r.energy.get("windows", [])]
+    energy = sum(w["total_j"] for w in windows) if windows else None
+    estimated = any(w.get("estimated") for w in windows)
+    real_errors = [e for e in (error, *(p.error for p in partials)) if e]
+    return Restart(attempt=attempt, status=status, error=real_errors[0] if real_errors else None, steps=steps,
+                   time_s=Measurement(time_s, "s", "measured", "sum of the slowest rank's recorded steps"),
+                   energy_j=Measurement(energy, "J", "estimated" if estimated else "measured",
+                                        "energy windows the ranks recorded before the attempt ended"),
+                   started_at=partials[0].started_at if partials else None)

@@ -12,11 +12,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
 
+from dtpo.core.errors import DtpoError
+
 EnergySource = Literal["nvml-counter", "nvml-polled", "rapl", "modelled", "simulated"]
 DeviceKind = Literal["gpu", "cpu", "dram"]
 
 
-class DeviceError(Exception):
+class DeviceError(DtpoError):
     """A device could not be opened or read; the message is one line a user can act on."""
 
 

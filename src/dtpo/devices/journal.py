@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import socket
 from collections.abc import Callable
@@ -48,19 +49,33 @@ class KnobJournal:
         self.path = path or state_dir() / "knobs-journal.json"
 
     def entries(self) -> dict[str, dict[str, Any]]:
-        """Entries by knob key; empty when there is no journal."""
+        """Entries by knob key; empty when there is no journal.
+
+        Raises:
+            JournalError: The journal cannot be read, is not JSON, or is not a dtpo journal; the one-line
+                message says how to inspect and clear it.
+        """
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
             return {}
-        except (OSError, json.JSONDecodeError) as exc:
-            raise JournalError(f"knob journal {self.path} is unreadable or corrupt ({exc}); restore the devices by "
-                               "hand (nvidia-smi -rgc; nvidia-smi -pl <default>), then delete it") from None
+        except OSError as exc:
+            raise self.unusable(f"is unreadable or corrupt ({exc.strerror or exc})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise self.unusable(f"is unreadable or corrupt ({exc})") from None
         if not isinstance(data, dict) or data.get("schema") != JOURNAL_SCHEMA or not isinstance(
                 data.get("entries"), dict):
-            raise JournalError(f"knob journal {self.path} is not a dtpo journal ({JOURNAL_SCHEMA}); restore the "
-                               "devices by hand, then delete it")
+            raise self.unusable(f"is not a dtpo journal ({JOURNAL_SCHEMA})")
+        for key, entry in data["entries"].items():
+            if not _valid_entry(entry):
+                raise self.unusable(f"is unreadable or corrupt (its entry {key!r} has no usable original settings)")
         return data["entries"]
+
+    def unusable(self, why: str) -> JournalError:
+        """The one-line error for a journal that cannot be used: what is wrong, how to inspect and clear it."""
+        return JournalError(f"the knob journal {self.path} {why}; inspect it (cat {self.path}), put the GPUs it "
+                            f"names back by hand (nvidia-smi -rgc; nvidia-smi -pl <default W>), then remove it "
+                            f"(rm {self.path})")
 
     def remember(self, device: Device) -> bool:
         """Save a device's current settings as its original ones, unless already saved.
@@ -103,6 +118,19 @@ class KnobJournal:
         except OSError as exc:
             raise JournalError(f"cannot write the knob journal {self.path}: {exc.strerror or exc} "
                                "(set DTPO_STATE_DIR to a writable folder)") from None
+
+
+def _valid_entry(entry: Any) -> bool:
+    """Whether a journal entry holds original settings that :meth:`KnobJournal.original` can read."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("original"), dict):
+        return False
+    original = entry["original"]
+    limit = original.get("power_limit_w")
+    locked = original.get("locked_sm_clocks_mhz")
+    if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
+        return False
+    return locked is None or (isinstance(locked, list | tuple) and len(locked) == 2
+                              and all(isinstance(c, int | float) and not isinstance(c, bool) for c in locked))
 
 
 def apply_state(device: Device, state: KnobState) -> None:

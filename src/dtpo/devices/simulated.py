@@ -1,13 +1,19 @@
-"""A simulated GPU: a :class:`Device` whose power limit and SM clock change its step time and power.
+"""Simulated GPUs: :class:`Device` objects whose power limit and SM clock change their step time and power.
 
-Time and power come from a :class:`dtpo.plan.gpu_model.GpuModel` (calibrated on measured traces, or the
-parametric physical model). The simulated GPU adds what real ones have: seeded noise on time and power, an
-energy counter that only updates every ``counter_period_s`` (like NVML's), an optional slowdown factor (a
+Time and power come from a :class:`dtpo.devices.physics.gpu_model.GpuModel` (calibrated on measured traces,
+or the parametric physical model). A simulated GPU adds what real ones have: seeded noise on time and power,
+an energy counter that only updates every ``counter_period_s`` (like NVML's), an optional slowdown factor (a
 straggler), and its own simulated clock, so a whole tuning run takes milliseconds.
 
-Its knob state lives in a small JSON file, not in memory, so crash tests are real: a process that sets a
-limit and dies with SIGKILL leaves the file changed, and the journal entry it wrote first lets the next dtpo
-start put the original settings back (:func:`reopen_simulated` reopens the device from its file).
+Knob state lives in a small JSON file, not in memory, so crash tests are real: a process that sets a limit and
+dies with SIGKILL leaves the file changed, and the journal entry it wrote first lets the next dtpo start put
+the original settings back (:func:`reopen_simulated` reopens the GPUs from their file). The GPUs of one
+data-parallel job share ONE file and one knob key (:class:`SimulatedGpuGroup`): every GPU runs the same
+settings, so a setting is one journal entry and one file write however many GPUs there are. The file exists
+only while the settings differ from the defaults (maximum power limit, clocks floating): putting the defaults
+back deletes it, and a missing file means the defaults. So neither a normal exit nor a restore after
+``kill -9`` leaves files behind.
+
 Energy from a simulated GPU is never a measurement: its source is ``"simulated"`` and it is marked estimated.
 """
 
@@ -15,7 +21,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
+import os
+import weakref
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +33,10 @@ import numpy as np
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
 from dtpo.devices.base import Device, DeviceError, DeviceInfo, KnobError, KnobLimits, KnobState
-from dtpo.plan.gpu_model import GpuModel, OperatingPoint, load_model
+from dtpo.devices.physics.gpu_model import GpuModel, OperatingPoint, load_model
 
-STATE_SCHEMA = "dtpo.simulated-gpu/1"
+STATE_SCHEMA = "dtpo.simulated-gpus/1"
+LEGACY_STATE_SCHEMA = "dtpo.simulated-gpu/1"  # one file per GPU (dtpo before the shared file); still restorable
 
 
 @dataclass(frozen=True)
@@ -38,7 +48,7 @@ class SimulatedGpuConfig:
         workload: Workload, e.g. ``"resnet50"``.
         batch_size: Samples per step on this GPU (``None``: the model's default).
         calibrated: Use the calibrated model (``None``: where a trace exists).
-        index: Device index, for its name.
+        index: Device index, for its name (in a group: the first GPU's index).
         seed: Seed of its noise.
         time_noise: Relative standard deviation of step time.
         power_noise: Relative standard deviation of power.
@@ -59,29 +69,170 @@ class SimulatedGpuConfig:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for values no GPU could have."""
-        if self.time_noise < 0 or self.power_noise < 0:
-            raise ConfigError("noise must be >= 0 (a relative standard deviation, e.g. 0.01)")
+        for name, value in (("time noise", self.time_noise), ("power noise", self.power_noise)):
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{name} must be a finite number >= 0 (a relative standard deviation, e.g. "
+                                  f"0.01), got {value:g}")
         if not math.isfinite(self.counter_period_s) or self.counter_period_s < 0:
-            raise ConfigError(f"counter period must be >= 0 s, got {self.counter_period_s:g}")
+            raise ConfigError(f"counter period must be a finite number >= 0 s, got {self.counter_period_s:g}")
         if not math.isfinite(self.slowdown) or self.slowdown <= 0:
-            raise ConfigError(f"slowdown factor must be > 0, got {self.slowdown:g}")
+            raise ConfigError(f"slowdown factor must be a finite number > 0, got {self.slowdown:g}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.seed < 0:
+            raise ConfigError(f"seed must be >= 0, got {self.seed}")
+        if self.index < 0:
+            raise ConfigError(f"GPU index must be >= 0, got {self.index}")
 
 
-class SimulatedGpu(Device):
+class KnobStateFile:
+    """The knob state shared by one or more simulated GPUs, in one JSON file.
+
+    The file is written only while the state differs from ``default`` and deleted when it returns to it, so
+    a missing file means the defaults. Besides the state it holds what is needed to reopen the GPUs after a
+    crash: their configuration, how many there are, and which are slower.
+
+    Args:
+        path: The file.
+        config: The first GPU's configuration (``index`` and ``slowdown`` are per GPU).
+        gpus: How many GPUs share it.
+        slowdowns: Slowdown factor by GPU position (0-based) where it is not 1.
+        default: The settings a GPU starts at.
+    """
+
+    def __init__(self, path: Path, config: SimulatedGpuConfig, gpus: int, slowdowns: Mapping[int, float],
+                 default: KnobState) -> None:
+        self.path = Path(path)
+        self.config = config
+        self.gpus = gpus
+        self.slowdowns = dict(slowdowns)
+        self.default = default
+        self.state = self.read()
+
+    def read(self) -> KnobState:
+        """The state in the file (another process may have changed it); the defaults when there is none."""
+        if not self.path.exists():
+            self.state = self.default
+            return self.state
+        data = read_state_file(self.path)
+        locked = data.get("locked_sm_clocks_mhz")
+        self.state = KnobState(float(data["power_limit_w"]), (int(locked[0]), int(locked[1])) if locked else None)
+        return self.state
+
+    def write(self, state: KnobState) -> None:
+        """Keep ``state``: write the file, or delete it when ``state`` is the default."""
+        try:
+            if state == self.default:
+                self.path.unlink(missing_ok=True)
+            else:
+                write_json_atomic(self.path, {
+                    "schema": STATE_SCHEMA, "pid": os.getpid(), "config": asdict(self.config), "gpus": self.gpus,
+                    "slowdowns": {str(k): v for k, v in sorted(self.slowdowns.items())},
+                    "power_limit_w": state.power_limit_w,
+                    "locked_sm_clocks_mhz": list(state.locked_sm_clocks_mhz) if state.locked_sm_clocks_mhz else None})
+        except OSError as exc:
+            raise DeviceError(f"cannot write simulated GPU state {self.path}: {exc.strerror or exc}") from None
+        self.state = state
+
+    def remove(self) -> None:
+        """Delete the file whatever it holds (once the job is over and nothing needs restoring)."""
+        self.path.unlink(missing_ok=True)
+
+
+class _SimulatedKnobs(Device):
+    """Knobs backed by a :class:`KnobStateFile`, checked against the model's datasheet range."""
+
+    model: GpuModel
+    store: KnobStateFile
+    info: DeviceInfo
+
+    @property
+    def state_path(self) -> Path:
+        """The knob-state file (present only while the settings differ from the defaults)."""
+        return self.store.path
+
+    @property
+    def knob_key(self) -> str | None:
+        """``"sim:<state file>"`` (shared by every GPU of a group)."""
+        return f"sim:{self.store.path}"
+
+    def knob_limits(self) -> KnobLimits | None:
+        """The simulated GPU's datasheet range and supported SM clocks."""
+        spec = self.model.spec
+        return KnobLimits(spec.min_power_w, spec.max_power_w, spec.max_power_w, tuple(spec.sm_clocks_mhz))
+
+    def knob_state(self) -> KnobState:
+        """The settings in the state file (another process may have changed them)."""
+        return self.store.read()
+
+    def set_power_limit(self, watts: float) -> None:
+        """Set the power limit (checked against the range like a driver would)."""
+        spec = self.model.spec
+        if not spec.min_power_w <= watts <= spec.max_power_w:
+            raise KnobError(f"{self.info.name}: power limit {watts:g} W outside {spec.min_power_w:g}-"
+                            f"{spec.max_power_w:g} W")
+        self.store.write(KnobState(float(watts), self.knob_state().locked_sm_clocks_mhz))
+
+    def lock_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Lock SM clocks; the GPU runs at the top of the range unless the power limit holds it lower."""
+        clocks = self.model.spec.sm_clocks_mhz
+        if min_mhz > max_mhz or min_mhz not in clocks or max_mhz not in clocks:
+            raise KnobError(f"{self.info.name}: SM clocks {min_mhz}-{max_mhz} MHz not supported "
+                            f"({clocks[0]}-{clocks[-1]} MHz)")
+        self.store.write(KnobState(self.knob_state().power_limit_w, (int(min_mhz), int(max_mhz))))
+
+    def unlock_sm_clocks(self) -> None:
+        """Let SM clocks float again."""
+        self.store.write(KnobState(self.knob_state().power_limit_w, None))
+
+    def forget_state_file(self) -> None:
+        """Delete the state file (once the job is over and the settings are restored)."""
+        self.store.remove()
+
+
+def _default_state(model: GpuModel) -> KnobState:
+    return KnobState(model.spec.max_power_w, None)
+
+
+_POINTS: weakref.WeakKeyDictionary[GpuModel, dict[KnobState, OperatingPoint]] = weakref.WeakKeyDictionary()
+
+
+def operating_point(model: GpuModel, state: KnobState) -> OperatingPoint:
+    """``model`` at the settings ``state`` (an SM-clock lock counts by its top), computed once per model and state."""
+    points = _POINTS.setdefault(model, {})
+    point = points.get(state)
+    if point is None:
+        lock = state.locked_sm_clocks_mhz[1] if state.locked_sm_clocks_mhz else None
+        point = points[state] = model.at(state.power_limit_w, lock)
+    return point
+
+
+class SimulatedGpu(_SimulatedKnobs):
     """A GPU that exists only in a model, with real knob semantics and a simulated clock.
+
+    Alone (``SimulatedGpu(config, state_path)``) it has its own state file; as a member of a
+    :class:`SimulatedGpuGroup` it shares the group's, and changing its knobs changes every GPU of the group.
 
     Args:
         config: What it simulates.
-        state_path: Its knob-state file; created at the default settings if absent, read if present.
+        state_path: Its knob-state file; read if present (the defaults if not).
+        store: The group's state (instead of ``state_path``).
+        model: The group's model of ``config`` (saves looking it up once per GPU).
     """
 
-    def __init__(self, config: SimulatedGpuConfig, state_path: Path) -> None:
-        config.validate()
+    def __init__(self, config: SimulatedGpuConfig, state_path: Path | None = None, *,
+                 store: KnobStateFile | None = None, model: GpuModel | None = None) -> None:
+        if model is None:
+            config.validate()
+            model = load_model(config.gpu, config.workload, config.batch_size, config.calibrated)
         self.config = config
-        self.model: GpuModel = load_model(config.gpu, config.workload, config.batch_size, config.calibrated)
-        self.state_path = Path(state_path)
+        self.model = model
+        if store is None:
+            if state_path is None:
+                raise ConfigError("a simulated GPU needs a state file or a group's state")
+            store = KnobStateFile(Path(state_path), replace(config, slowdown=1.0), 1,
+                                  {0: config.slowdown} if config.slowdown != 1.0 else {}, _default_state(self.model))
+        self.store = store
         spec = self.model.spec
         kind = "calibrated" if self.model.calibrated else "parametric"
         straggler = f", {config.slowdown:g}x slower" if config.slowdown != 1.0 else ""
@@ -92,11 +243,7 @@ class SimulatedGpu(Device):
         self._rng = np.random.default_rng([config.seed, config.index])
         self.now_s = 0.0  # the simulated clock
         self._energy_j = 0.0  # true cumulative energy
-        self._last_power_w = self.model.at().idle_power_w
-        self._point_cache: dict[KnobState, OperatingPoint] = {}
-        if not self.state_path.exists():
-            self._write_state(KnobState(spec.max_power_w, None))
-        self._state = self._read_state()
+        self._last_power_w = operating_point(self.model, self.store.default).idle_power_w
 
     # -- Device -----------------------------------------------------------------------------------------
 
@@ -112,54 +259,11 @@ class SimulatedGpu(Device):
         """Power during the latest simulated interval."""
         return self._last_power_w
 
-    # -- knobs ------------------------------------------------------------------------------------------
-
-    @property
-    def knob_key(self) -> str | None:
-        """``"sim:<state file>"``."""
-        return f"sim:{self.state_path}"
-
-    def knob_limits(self) -> KnobLimits | None:
-        """The simulated GPU's datasheet range and supported SM clocks."""
-        spec = self.model.spec
-        return KnobLimits(spec.min_power_w, spec.max_power_w, spec.max_power_w, tuple(spec.sm_clocks_mhz))
-
-    def knob_state(self) -> KnobState:
-        """The settings in the state file (another process may have changed them)."""
-        self._state = self._read_state()
-        return self._state
-
-    def set_power_limit(self, watts: float) -> None:
-        """Set the power limit (checked against the range like a driver would)."""
-        spec = self.model.spec
-        if not spec.min_power_w <= watts <= spec.max_power_w:
-            raise KnobError(f"{self.info.name}: power limit {watts:g} W outside {spec.min_power_w:g}-"
-                            f"{spec.max_power_w:g} W")
-        self._write_state(KnobState(float(watts), self.knob_state().locked_sm_clocks_mhz))
-
-    def lock_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
-        """Lock SM clocks; the GPU runs at the top of the range unless the power limit holds it lower."""
-        clocks = self.model.spec.sm_clocks_mhz
-        if min_mhz > max_mhz or min_mhz not in clocks or max_mhz not in clocks:
-            raise KnobError(f"{self.info.name}: SM clocks {min_mhz}-{max_mhz} MHz not supported "
-                            f"({clocks[0]}-{clocks[-1]} MHz)")
-        self._write_state(KnobState(self.knob_state().power_limit_w, (int(min_mhz), int(max_mhz))))
-
-    def unlock_sm_clocks(self) -> None:
-        """Let SM clocks float again."""
-        self._write_state(KnobState(self.knob_state().power_limit_w, None))
-
     # -- the simulation ---------------------------------------------------------------------------------
 
     def operating_point(self) -> OperatingPoint:
         """Where the model puts this GPU at its current knob settings (before noise and slowdown)."""
-        state = self._state
-        point = self._point_cache.get(state)
-        if point is None:
-            lock = state.locked_sm_clocks_mhz[1] if state.locked_sm_clocks_mhz else None
-            point = self.model.at(state.power_limit_w, lock)
-            self._point_cache[state] = point
-        return point
+        return operating_point(self.model, self.store.state)
 
     def sample_steps(self, steps: int) -> tuple[np.ndarray, np.ndarray]:
         """Compute times (s) and powers (W) of ``steps`` steps at the current settings, with noise.
@@ -184,12 +288,16 @@ class SimulatedGpu(Device):
             Joules spent over these steps.
         """
         idle_w = self.operating_point().idle_power_w
-        wait = np.broadcast_to(np.asarray(wait_s, dtype=float), np.shape(compute_s))
-        joules = float(np.dot(compute_s, power_w) + wait.sum() * idle_w)
-        self.now_s += float(np.sum(compute_s) + wait.sum())
+        compute_s = np.asarray(compute_s, dtype=float)
+        if np.ndim(wait_s) == 0:
+            wait_total, last_wait = float(wait_s) * compute_s.size, float(wait_s)
+        else:
+            wait = np.asarray(wait_s, dtype=float)
+            wait_total, last_wait = float(wait.sum()), float(wait[-1]) if wait.size else 0.0
+        joules = float(compute_s @ power_w) + wait_total * idle_w
+        self.now_s += float(compute_s.sum()) + wait_total
         self._energy_j += joules
-        if np.size(compute_s):
-            last_wait = float(wait[-1])
+        if compute_s.size:
             self._last_power_w = idle_w if last_wait > 0 else float(power_w[-1])
         return joules
 
@@ -201,51 +309,112 @@ class SimulatedGpu(Device):
         self._last_power_w = idle_w
         return seconds * idle_w
 
-    def forget_state_file(self) -> None:
-        """Delete the state file (once the job is over and the settings are restored)."""
-        self.state_path.unlink(missing_ok=True)
 
-    # -- the state file ---------------------------------------------------------------------------------
+class SimulatedGpuGroup(_SimulatedKnobs):
+    """The GPUs of one data-parallel job: one state file, one knob key, the same settings on every GPU.
 
-    def _write_state(self, state: KnobState) -> None:
-        data: dict[str, Any] = {"schema": STATE_SCHEMA, "config": asdict(self.config),
-                                "power_limit_w": state.power_limit_w,
-                                "locked_sm_clocks_mhz": list(state.locked_sm_clocks_mhz)
-                                if state.locked_sm_clocks_mhz else None}
-        try:
-            write_json_atomic(self.state_path, data)
-        except OSError as exc:
-            raise DeviceError(f"cannot write simulated GPU state {self.state_path}: {exc.strerror or exc}") from None
-        self._state = state
+    As a :class:`Device` it reports the GPUs' total energy and power; its knobs set every GPU at once.
 
-    def _read_state(self) -> KnobState:
-        data = read_state_file(self.state_path)
-        locked = data.get("locked_sm_clocks_mhz")
-        return KnobState(float(data["power_limit_w"]), (int(locked[0]), int(locked[1])) if locked else None)
+    Args:
+        config: The first GPU's configuration; GPU ``i`` gets index ``config.index + i``.
+        gpus: How many GPUs.
+        state_path: The shared knob-state file; read if present (the defaults if not).
+        slowdowns: Slowdown factor by GPU position (0-based), for stragglers; 1 elsewhere.
+    """
+
+    def __init__(self, config: SimulatedGpuConfig, gpus: int, state_path: Path,
+                 slowdowns: Mapping[int, float] | None = None) -> None:
+        if gpus < 1:
+            raise ConfigError(f"a group of simulated GPUs needs at least one GPU, got {gpus}")
+        slowdowns = {int(k): float(v) for k, v in (slowdowns or {}).items() if float(v) != 1.0}
+        if any(not 0 <= k < gpus for k in slowdowns):
+            raise ConfigError(f"slowdowns name GPUs outside 0-{gpus - 1}: {sorted(slowdowns)}")
+        config = replace(config, slowdown=1.0)
+        config.validate()
+        self.config = config
+        self.model = load_model(config.gpu, config.workload, config.batch_size, config.calibrated)
+        self.store = KnobStateFile(Path(state_path), config, gpus, slowdowns, _default_state(self.model))
+        self.members = [SimulatedGpu(replace(config, index=config.index + i, slowdown=slowdowns.get(i, 1.0)),
+                                     store=self.store, model=self.model) for i in range(gpus)]
+        last = config.index + gpus - 1
+        names = f"sim{config.index}" if gpus == 1 else f"sim{config.index}-{last}"
+        self.info = DeviceInfo(
+            name=f"{names} ({gpus} x {self.model.spec.name}, {self.model.workload})", kind="gpu",
+            source="simulated", estimated=True, node_shared=False, detail=self.members[0].info.detail)
+
+    def energy_j(self) -> float:
+        """Total energy as the GPUs' counters show it."""
+        return sum(gpu.energy_j() for gpu in self.members)
+
+    def power_w(self) -> float | None:
+        """Total power during each GPU's latest simulated interval."""
+        return sum(gpu._last_power_w for gpu in self.members)
+
+
+class _VacantSimulatedGpus(Device):
+    """What a journal entry points at when its state file is gone: GPUs at their defaults, nothing to put back."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.info = DeviceInfo(name=f"simulated GPUs of {path} (no state file: at their defaults)", kind="gpu",
+                               source="simulated", estimated=True, node_shared=False)
+
+    def energy_j(self) -> float:
+        """Nothing runs on them."""
+        return 0.0
+
+    @property
+    def knob_key(self) -> str | None:
+        """``"sim:<state file>"``."""
+        return f"sim:{self.path}"
+
+    def knob_state(self) -> KnobState:
+        """Unknown defaults; never read by a restore."""
+        raise DeviceError(f"simulated GPU state {self.path} is gone")
+
+    def set_power_limit(self, watts: float) -> None:
+        """Nothing to change: without a file the GPUs are at their defaults."""
+
+    def lock_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
+        """Nothing to change."""
+
+    def unlock_sm_clocks(self) -> None:
+        """Nothing to change."""
 
 
 def read_state_file(path: Path) -> dict[str, Any]:
-    """The parsed state file of a simulated GPU, or a one-line :class:`DeviceError`."""
+    """The parsed state file of simulated GPUs, or a one-line :class:`DeviceError`."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise DeviceError(f"simulated GPU state {path} is gone") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise DeviceError(f"simulated GPU state {path} is unreadable or corrupt ({exc})") from None
-    if not isinstance(data, dict) or data.get("schema") != STATE_SCHEMA or "power_limit_w" not in data \
-            or not isinstance(data.get("config"), dict):
+    if not isinstance(data, dict) or data.get("schema") not in (STATE_SCHEMA, LEGACY_STATE_SCHEMA) \
+            or "power_limit_w" not in data or not isinstance(data.get("config"), dict):
         raise DeviceError(f"{path} is not a simulated GPU state file ({STATE_SCHEMA})")
     return data
 
 
-def reopen_simulated(path: str | Path) -> SimulatedGpu:
-    """Reopen a simulated GPU from its state file (how the journal restores one after a crash)."""
-    data = read_state_file(Path(path))
+def reopen_simulated(path: str | Path) -> Device:
+    """Reopen simulated GPUs from their state file (how the journal restores them after a crash).
+
+    A missing file means the GPUs are at their defaults: the device returned then changes nothing, so a
+    restore of it succeeds and its journal entry goes.
+    """
+    path = Path(path)
+    if not path.exists():
+        return _VacantSimulatedGpus(path)
+    data = read_state_file(path)
     try:
         config = SimulatedGpuConfig(**data["config"])
-    except TypeError as exc:
+        gpus = int(data.get("gpus", 1))
+        slowdowns = {int(k): float(v) for k, v in (data.get("slowdowns") or {}).items()}
+    except (TypeError, ValueError, AttributeError) as exc:
         raise DeviceError(f"simulated GPU state {path} has an unknown configuration ({exc})") from None
     try:
-        return SimulatedGpu(config, Path(path))
+        if data["schema"] == LEGACY_STATE_SCHEMA or gpus == 1:
+            return SimulatedGpu(replace(config, slowdown=slowdowns.get(0, config.slowdown)), path)
+        return SimulatedGpuGroup(config, gpus, path, slowdowns)
     except ConfigError as exc:
         raise DeviceError(f"simulated GPU state {path}: {exc}") from None

@@ -1,5 +1,5 @@
 """Energy windows over a rank's devices, a power timeline, and combining ranks."""
 
-from dtpo.energy.monitor import Monitor, PowerSample, Snapshot, WindowMeasurement, combine, gather
+from dtpo.energy.monitor import Monitor, PowerSample, Snapshot, WindowMeasurement, combine
 
-__all__ = ["Monitor", "PowerSample", "Snapshot", "WindowMeasurement", "combine", "gather"]
+__all__ = ["Monitor", "PowerSample", "Snapshot", "WindowMeasurement", "combine"]

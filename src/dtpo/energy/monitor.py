@@ -222,13 +222,3 @@ def combine(windows: list[WindowMeasurement], name: str | None = None) -> Window
     return WindowMeasurement(name or (windows[0].name if windows else ""), max((w.time_s for w in windows),
                              default=0.0), energy, sources, any(w.estimated for w in windows), tuple(lost))
 
-
-def gather(window: WindowMeasurement, group: Any = None) -> WindowMeasurement | None:
-    """Combine a window measured on every rank of the process group; the result on every rank."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return window
-    everyone: list[Any] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(everyone, window, group=group)
-    return combine(everyone, window.name)

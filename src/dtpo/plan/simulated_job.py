@@ -8,12 +8,20 @@ period, exactly as a monitor would read NVML.
 
 Not modelled here (yet): gradient communication time and its power, host-side data loading; the step time
 is the slowest GPU's compute time. Say so wherever results are shown.
+
+The job's GPUs are one :class:`dtpo.devices.simulated.SimulatedGpuGroup`: one knob-state file under
+``state_dir()/sim`` (present only while the settings differ from the defaults) and one journal entry however
+many GPUs there are. Steps are simulated in chunks of at most :data:`CHUNK_ELEMENTS` GPU-steps, so memory
+stays bounded, and a progress callback can follow a long job. :data:`MAX_GPUS` and :data:`MAX_STEPS` bound a
+job; the message of a larger one names the maximum.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
+import secrets
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +30,15 @@ import numpy as np
 from dtpo.core.errors import ConfigError
 from dtpo.devices.journal import KnobJournal, state_dir
 from dtpo.devices.knobs import KnobController
-from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig
+from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig, SimulatedGpuGroup
 
 SWEEPS: tuple[str, ...] = ("power-limit", "sm-clock")
+MAX_GPUS = 4096  # each GPU is simulated on its own (its noise, its counter): time grows with the count
+MAX_STEPS = 1_000_000
+MAX_GPU_STEPS = 500_000_000  # gpus x steps per setting: about a minute per setting on one core
+CHUNK_ELEMENTS = 1 << 22  # GPU-steps simulated at once (a few arrays of this many floats: ~32 MB each)
+
+Progress = Callable[[int], None]  # called with the number of steps just simulated
 
 
 @dataclass(frozen=True)
@@ -60,16 +74,28 @@ class JobConfig:
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on values that cannot describe a job."""
-        if self.gpus < 1:
-            raise ConfigError(f"--gpus must be >= 1, got {self.gpus}")
-        if self.steps < 1:
-            raise ConfigError(f"--steps must be >= 1, got {self.steps}")
+        if not 1 <= self.gpus <= MAX_GPUS:
+            raise ConfigError(f"--gpus must be between 1 and {MAX_GPUS:,}, got {self.gpus:,}")
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise ConfigError(f"--steps must be between 1 and {MAX_STEPS:,}, got {self.steps:,}")
+        if self.gpus * self.steps > MAX_GPU_STEPS:
+            raise ConfigError(f"--gpus x --steps must be at most {MAX_GPU_STEPS:,} GPU-steps per setting, got "
+                              f"{self.gpus:,} x {self.steps:,}; fewer steps give the same averages")
+        for flag, value in (("--noise", self.time_noise), ("--noise", self.power_noise)):
+            if not math.isfinite(value) or value < 0:
+                raise ConfigError(f"{flag} must be a finite number >= 0 (e.g. 0.01), got {value:g}")
+        if not math.isfinite(self.counter_period_s) or self.counter_period_s < 0:
+            raise ConfigError(f"--counter-period must be a finite number >= 0 s, got {self.counter_period_s:g}")
+        if self.seed < 0:
+            raise ConfigError(f"--seed must be >= 0, got {self.seed}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.straggler is not None:
             rank, factor = self.straggler
             if not 0 <= rank < self.gpus:
                 raise ConfigError(f"straggler rank {rank} is not one of the {self.gpus} GPUs (0-{self.gpus - 1})")
-            if factor <= 0:
-                raise ConfigError(f"straggler factor must be > 0, got {factor:g}")
+            if not math.isfinite(factor) or factor <= 0:
+                raise ConfigError(f"straggler factor must be a finite number > 0, got {factor:g}")
 
 
 @dataclass(frozen=True)
@@ -125,8 +151,8 @@ class SimulatedJob:
     Args:
         config: The job.
         controller: Changes knobs (default: ``apply`` mode on the machine's journal, logging nothing).
-        state_folder: Where the GPUs' state files live (default: ``state_dir()/sim/<pid>``, which survives a
-            crash so the journal can restore them).
+        state_folder: Where the GPUs' shared state file lives (default: ``state_dir()/sim``; the file survives
+            a crash so the journal can restore the GPUs, and goes when they are back at their defaults).
     """
 
     def __init__(self, config: JobConfig, controller: KnobController | None = None,
@@ -134,16 +160,21 @@ class SimulatedJob:
         config.validate()
         self.config = config
         self.controller = controller or KnobController("apply", KnobJournal(), log=lambda _: None)
-        self.state_folder = state_folder or state_dir() / "sim" / str(os.getpid())
-        slow_rank, slow_factor = config.straggler or (-1, 1.0)
-        self.devices = [
-            SimulatedGpu(SimulatedGpuConfig(
-                config.gpu, config.workload, config.batch_size, config.calibrated, index=rank, seed=config.seed,
-                time_noise=config.time_noise, power_noise=config.power_noise,
-                counter_period_s=config.counter_period_s, slowdown=slow_factor if rank == slow_rank else 1.0),
-                self.state_folder / f"gpu{rank}.json")
-            for rank in range(config.gpus)]
-        self.model = self.devices[0].model
+        self.state_folder = state_folder or state_dir() / "sim"
+        self._own_folder = state_folder is None
+        slowdowns = {config.straggler[0]: config.straggler[1]} if config.straggler else {}
+        self.gpus = SimulatedGpuGroup(
+            SimulatedGpuConfig(config.gpu, config.workload, config.batch_size, config.calibrated, seed=config.seed,
+                               time_noise=config.time_noise, power_noise=config.power_noise,
+                               counter_period_s=config.counter_period_s),
+            config.gpus, self.state_folder / f"{os.getpid()}-{secrets.token_hex(4)}.json", slowdowns)
+        self.devices: list[SimulatedGpu] = self.gpus.members
+        self.model = self.gpus.model
+
+    @property
+    def state_path(self) -> Path:
+        """The GPUs' shared knob-state file (it exists only while their settings differ from the defaults)."""
+        return self.gpus.state_path
 
     def __enter__(self) -> SimulatedJob:
         self.controller.__enter__()
@@ -156,49 +187,67 @@ class SimulatedJob:
             self.close()
 
     def close(self) -> None:
-        """Delete the state files of GPUs whose settings are back to the original (none left changed)."""
-        journal_keys = self.controller.journal.entries().keys() if self.controller.mode == "apply" else ()
-        for device in self.devices:
-            if device.knob_key not in journal_keys:
-                device.forget_state_file()
+        """Delete the state file unless the journal still needs it to restore the GPUs."""
+        journaled = self.controller.mode == "apply" and self.gpus.knob_key in self.controller.journal.entries()
+        if not journaled:
+            self.gpus.forget_state_file()
         try:
-            self.state_folder.rmdir()
+            if self._own_folder:
+                self.state_folder.rmdir()
         except OSError:
-            pass  # not empty (a GPU still journaled) or already gone
+            pass  # another job's file (or one the journal still needs) is in it, or it is already gone
 
-    def run(self, power_limit_w: float | None = None, sm_clock_mhz: int | None = None) -> SettingResult:
-        """Set the knobs on every GPU (``None``: the default limit, clocks unlocked), then run the job."""
+    def run(self, power_limit_w: float | None = None, sm_clock_mhz: int | None = None,
+            progress: Progress | None = None) -> SettingResult:
+        """Set the knobs on every GPU (``None``: the default limit, clocks unlocked), then run the job.
+
+        Args:
+            power_limit_w: Power limit on every GPU.
+            sm_clock_mhz: SM clock lock on every GPU.
+            progress: Called with the number of steps simulated after each chunk.
+        """
         spec = self.model.spec
         limit = spec.max_power_w if power_limit_w is None else power_limit_w
         lock = None if sm_clock_mhz is None else (sm_clock_mhz, sm_clock_mhz)
-        for device in self.devices:
-            state = device.knob_state()
-            if state.power_limit_w != limit:
-                self.controller.set_power_limit(device, limit)
-            if state.locked_sm_clocks_mhz != lock:
-                if sm_clock_mhz is None:
-                    self.controller.unlock_sm_clocks(device)
-                else:
-                    self.controller.lock_sm_clock(device, sm_clock_mhz)
-        steps = self.config.steps
-        drawn = [d.sample_steps(steps) for d in self.devices]
-        compute = np.stack([times for times, _ in drawn])
-        powers = np.stack([watts for _, watts in drawn])
-        step_s = compute.max(axis=0)
-        wait = step_s[None, :] - compute
+        state = self.gpus.knob_state()
+        if state.power_limit_w != limit:
+            self.controller.set_power_limit(self.gpus, limit)
+        if state.locked_sm_clocks_mhz != lock:
+            if sm_clock_mhz is None:
+                self.controller.unlock_sm_clocks(self.gpus)
+            else:
+                self.controller.lock_sm_clock(self.gpus, sm_clock_mhz)
+        self.gpus.knob_state()  # what the controller left (in dry-run and observe mode: unchanged)
         before = [d.energy_j() for d in self.devices]
-        for rank, device in enumerate(self.devices):
-            device.advance(compute[rank], powers[rank], wait[rank])
+        time_s = wait_s = compute_s = 0.0
+        chunk = max(1, CHUNK_ELEMENTS // self.config.gpus)
+        done = 0
+        while done < self.config.steps:
+            steps = min(chunk, self.config.steps - done)
+            drawn = [d.sample_steps(steps) for d in self.devices]
+            compute = np.stack([times for times, _ in drawn])
+            powers = np.stack([watts for _, watts in drawn])
+            del drawn
+            step_s = compute.max(axis=0)
+            wait = step_s[None, :] - compute
+            for rank, device in enumerate(self.devices):
+                device.advance(compute[rank], powers[rank], wait[rank])
+            time_s += float(step_s.sum())
+            wait_s += float(wait.sum())
+            compute_s += float(compute.sum())
+            done += steps
+            if progress is not None:
+                progress(steps)
         energy = sum(d.energy_j() - b for d, b in zip(self.devices, before, strict=True))
         fast = [d for d in self.devices if d.config.slowdown == 1.0] or self.devices
         return SettingResult(
             power_limit_w=limit, sm_clock_mhz=sm_clock_mhz,
-            effective_clock_mhz=fast[0].operating_point().sm_clock_mhz, time_s=float(step_s.sum()),
-            energy_j=float(energy), samples=steps * self.config.gpus * self.model.batch_size,
-            sync_wait_share=float(wait.sum() / (wait.sum() + compute.sum())), gpus=self.config.gpus)
+            effective_clock_mhz=fast[0].operating_point().sm_clock_mhz, time_s=time_s,
+            energy_j=float(energy), samples=self.config.steps * self.config.gpus * self.model.batch_size,
+            sync_wait_share=wait_s / (wait_s + compute_s), gpus=self.config.gpus)
 
     def sweep(self, which: str, values: Sequence[float] | None = None, power_limit_w: float | None = None,
-              sm_clock_mhz: int | None = None) -> list[SettingResult]:
+              sm_clock_mhz: int | None = None, progress: Progress | None = None) -> list[SettingResult]:
         """Run the job at every value of one knob (``"power-limit"`` or ``"sm-clock"``), the other held fixed.
 
         Args:
@@ -206,15 +255,16 @@ class SimulatedJob:
             values: Its values (default: :func:`sweep_values`).
             power_limit_w: The limit held while sweeping clocks (default: the maximum).
             sm_clock_mhz: The clock lock held while sweeping limits (default: none).
+            progress: Called with the number of steps simulated after each chunk.
         """
         if values is None:
-            values = sweep_values(self.devices[0], which)
+            values = sweep_values(self.gpus, which)
         if which == "power-limit":
-            return [self.run(float(value), sm_clock_mhz) for value in values]
-        return [self.run(power_limit_w, int(value)) for value in values]
+            return [self.run(float(value), sm_clock_mhz, progress) for value in values]
+        return [self.run(power_limit_w, int(value), progress) for value in values]
 
 
-def sweep_values(device: SimulatedGpu, which: str, points: int = 13) -> list[float]:
+def sweep_values(device: SimulatedGpu | SimulatedGpuGroup, which: str, points: int = 13) -> list[float]:
     """Default sweep: power limits from min to max in even steps, or ``points`` supported SM clocks."""
     limits = device.knob_limits()
     assert limits is not None

@@ -1,6 +1,5 @@
-"""The training API a script touches: :class:`Session`."""
+"""The training API a script touches: :class:`Session`, its step timer, run lifecycle and callbacks."""
 
-from dtpo.session.config import SessionConfig
-from dtpo.session.session import Session
+from dtpo.session.session import Session, Switch
 
-__all__ = ["Session", "SessionConfig"]
+__all__ = ["Session", "Switch"]

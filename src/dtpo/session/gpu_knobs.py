@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from dtpo.core.callbacks import Callback
+from dtpo.core.config import KnobConfig
 from dtpo.devices.base import Device, DeviceError, KnobError
 from dtpo.devices.knobs import KnobController, log_to_stderr
-from dtpo.session.config import KnobConfig
 
 
 def rank_gpus(energy_devices: list[Device] | None, local_rank: int, cuda: bool) -> list[Device]:
@@ -53,3 +55,46 @@ def start_knobs(config: KnobConfig, gpus: list[Device], log: Callable[[str], Non
         controller.__exit__(None, None, None)
         raise
     return controller
+
+
+class KnobCallback(Callback):
+    """Holds the configured GPU knobs for the run: set before the first step, restored when the rank stops
+    (before anything else is written), on a signal, or by the next dtpo start after a crash.
+
+    Args:
+        config: The knobs to hold.
+        gpus: This rank's GPUs with knobs.
+    """
+
+    def __init__(self, config: KnobConfig, gpus: list[Device]) -> None:
+        self.config = config
+        self.gpus = gpus
+        self.controller: KnobController | None = None
+
+    def on_train_start(self, session: Any) -> None:
+        """Set the knobs (a CPU run says once, on rank 0, that nothing was applied)."""
+        if not self.gpus and session.rank != 0:
+            return
+        self.controller = start_knobs(self.config, self.gpus)
+
+    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+        """Put the GPUs' original settings back and say in the record what was (not) applied."""
+        controller = self.controller
+        self.restore()
+        requested = {"power_limit_w": self.config.power_limit_w, "sm_clock_mhz": self.config.sm_clock_mhz}
+        if not self.gpus:
+            rank_record.knobs = {**requested, "applied": False, "mode": self.config.mode, "gpus": [],
+                                 "note": "no GPU with power knobs on this rank: nothing was applied"}
+            return
+        mode = controller.mode if controller is not None else self.config.mode
+        rank_record.knobs = {**requested, "applied": mode == "apply", "mode": mode,
+                             "gpus": [gpu.info.name for gpu in self.gpus],
+                             "note": {"apply": "set for the run and restored at its end",
+                                      "dry-run": "dry run: logged, not applied",
+                                      "observe": "observe: not applied"}.get(mode, "")}
+
+    def restore(self) -> None:
+        """Restore now (idempotent)."""
+        if self.controller is not None:
+            self.controller.__exit__(None, None, None)
+            self.controller = None

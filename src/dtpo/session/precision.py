@@ -9,7 +9,9 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_map
 
-PRECISIONS: tuple[str, ...] = ("32-true", "bf16-mixed", "16-mixed")
+from dtpo.core.config import PRECISIONS
+from dtpo.core.errors import ConfigError
+
 _AUTOCAST_DTYPE = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
@@ -23,12 +25,17 @@ class Precision:
 
     def __init__(self, name: str, device: torch.device) -> None:
         if name not in PRECISIONS:
-            raise ValueError(f"unknown precision {name!r}")
+            raise ConfigError(f"unknown precision {name!r} (choose from: {', '.join(PRECISIONS)})")
         self.name = name
         self.device = device
         self.autocast_dtype = _AUTOCAST_DTYPE.get(name)
         # float16's narrow range underflows small gradients; bfloat16 has float32's range and needs no scaler.
         self.scaler = torch.amp.GradScaler(device.type) if name == "16-mixed" else None
+
+    @property
+    def changes_numerics(self) -> bool:
+        """Whether training in this precision computes different numbers than ``32-true``."""
+        return self.autocast_dtype is not None
 
     @property
     def compute_dtype(self) -> torch.dtype:

@@ -11,55 +11,69 @@ A plain DDP loop becomes a dtpo loop by changing about five lines::
         session.step(optimizer)                                     # steps at the end of each window
     session.finish()                                                # gathers ranks, writes the record
 
-Each optimizer step is cut at five marks: batch requested, batch in hand, last gradient bucket ready
-(from a DDP comm hook), backward returned, optimizer done. The cuts give data wait, compute, the
-post-backward tail (later split into exposed communication and sync wait, see :mod:`dtpo.core.totals`)
-and optimizer time; they partition the step, so the parts add up to it.
+The Session is three parts: a :class:`~dtpo.session.timer.StepTimer` (the marks of each step), a
+:class:`~dtpo.session.lifecycle.RunLifecycle` (run dir, record, partial flushes, signals, gather, save) and
+a list of :class:`~dtpo.core.callbacks.Callback` s (energy windows, GPU knobs, progress, partial flushes,
+and whatever the user passes). The knobs a tuner turns (precision, gradient accumulation, gradient
+compression) can change between optimizer steps through :meth:`Session.set_precision`,
+:meth:`Session.set_grad_accum` and :meth:`Session.set_compression`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
+import logging
 import os
-import signal
-import sys
-import threading
 import types
-from collections.abc import Iterable, Iterator
-from pathlib import Path
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
+from dtpo.core.callbacks import Callback, Window
+from dtpo.core.config import COMPRESSIONS, PRECISIONS, EnergyConfig, KnobConfig, RunConfig, SessionConfig
 from dtpo.core.errors import ConfigError
-from dtpo.core.record import (
-    RECORD_FILE,
-    RankRecord,
-    RunRecord,
-    StepRecord,
-    new_run_id,
-    rank_record_path,
-    write_json_atomic,
-)
-from dtpo.core.totals import finalize
+from dtpo.core.logs import configure_logging
+from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, StepRecord
 from dtpo.devices.discovery import discover
-from dtpo.dist.comm_timing import TimedCommHook
+from dtpo.dist.comm_timing import GradientComm, changes_numerics
 from dtpo.dist.process_group import DistContext, join, leave
 from dtpo.dist.wrap import wrap_model
+from dtpo.session.builtin_callbacks import FlushCallback, ProgressCallback
 from dtpo.session.clock import clock_for
-from dtpo.session.config import EnergyConfig, KnobConfig, SessionConfig
+from dtpo.session.divergence import check_loss
 from dtpo.session.environment import describe_device, environment
-from dtpo.session.gpu_knobs import rank_gpus, start_knobs
+from dtpo.session.gpu_knobs import KnobCallback, rank_gpus
+from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir, now_iso
 from dtpo.session.mfu import peak_flops
 from dtpo.session.precision import Precision
-from dtpo.session.step_energy import StepEnergy, write_power_timeline
-from dtpo.telemetry.progress import StepProgress
+from dtpo.session.step_energy import EnergyCallback
+from dtpo.session.timer import StepTimer
 from dtpo.telemetry.summary import print_summary
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A setting the Session can change between optimizer steps.
+
+    Attributes:
+        name: ``"precision"``, ``"grad_accum"`` or ``"compression"``.
+        value: The current setting.
+        choices: The settings it accepts (``None``: any integer >= 1).
+        changes_numerics: Whether the current setting computes different numbers than the reference
+            (32-true, no compression, the configured accumulation).
+    """
+
+    name: str
+    value: Any
+    choices: tuple[Any, ...] | None
+    changes_numerics: bool
 
 
 class Session:
@@ -71,59 +85,98 @@ class Session:
         grad_accum: Micro-batches per optimizer step.
         warmup_steps: Optimizer steps left out of totals.
         max_grad_norm: Clip gradients to this norm before each optimizer step.
+        compression: Gradient compression in DDP's comm hook (``none``, ``fp16``, ``bf16``, ``powersgd``).
+        powersgd_rank: Rank of PowerSGD's approximation.
+        window_steps: Measured optimizer steps per window (what ``on_window_end`` callbacks receive).
         run_dir: Where rank 0 writes ``record.json`` (default: ``$DTPO_RUN_DIR`` or ``runs/<run-id>``).
         device: Device to compute on (default: ``cuda:<local_rank>`` or the CPU).
         backend: Collective backend (default: ``nccl`` on CUDA, else ``gloo``).
-        config: Extra settings to keep in the record (workload, batch size, ...).
+        config: Extra settings to keep in the record (under ``config["user"]``).
         energy: Measure energy (``True``/``False``, or an :class:`EnergyConfig`). GPUs through NVML, CPUs
             through RAPL or, where no counter exists, a model labelled estimated.
+        knobs: GPU power limit / SM clock to hold for the run on this rank's GPU (restored at the end, on a
+            signal, or by the next dtpo start after a crash); see :class:`KnobConfig`.
+        callbacks: Your own :class:`~dtpo.core.callbacks.Callback` s, called after the built-in energy and
+            knob callbacks.
         progress: Show progress on rank 0.
         summary: Print the summary table on rank 0 at :meth:`finish` (``dtpo launch`` prints it instead).
         count_flops: Count model FLOPs on the first step, for MFU.
         flush_every: Write this rank's partial record every N steps.
-        knobs: GPU power limit / SM clock to hold for the run on this rank's GPU (restored at the end, on a
-            signal, or by the next dtpo start after a crash); see :class:`KnobConfig` for dry-run and observe.
+        run_config: A whole :class:`~dtpo.core.config.RunConfig` (what :meth:`from_config` passes); its
+            session, energy and knob sections replace the arguments above and it is kept in the record.
     """
 
     def __init__(self, precision: str = "32-true", strategy: str = "ddp", grad_accum: int = 1,
-                 warmup_steps: int = 2, *, max_grad_norm: float | None = None,
-                 run_dir: str | os.PathLike[str] | None = None, device: torch.device | str | None = None,
-                 backend: str | None = None, config: dict[str, Any] | None = None,
-                 energy: bool | EnergyConfig = True, progress: bool = True, summary: bool = True,
-                 count_flops: bool = True, flush_every: int = 50, knobs: KnobConfig | None = None) -> None:
-        self.config = SessionConfig(precision, strategy, grad_accum, warmup_steps, max_grad_norm,
-                                    count_flops, flush_every)
-        self.energy_config = energy if isinstance(energy, EnergyConfig) else EnergyConfig(enabled=bool(energy))
-        self.knob_config = knobs or KnobConfig()
-        self.ctx: DistContext = join(device, backend)
+                 warmup_steps: int = 2, *, max_grad_norm: float | None = None, compression: str = "none",
+                 powersgd_rank: int = 1, window_steps: int = 10, run_dir: str | os.PathLike[str] | None = None,
+                 device: torch.device | str | None = None, backend: str | None = None,
+                 config: dict[str, Any] | None = None, energy: bool | EnergyConfig = True,
+                 knobs: KnobConfig | None = None, callbacks: Sequence[Callback] = (), progress: bool = True,
+                 summary: bool = True, count_flops: bool = True, flush_every: int = 50,
+                 run_config: RunConfig | None = None) -> None:
+        configure_logging()
+        if run_config is None:
+            run_config = RunConfig(
+                session=SessionConfig(precision=precision, strategy=strategy, grad_accum=grad_accum,
+                                      compression=compression, powersgd_rank=powersgd_rank,
+                                      warmup_steps=warmup_steps, window_steps=window_steps,
+                                      max_grad_norm=max_grad_norm, count_flops=count_flops,
+                                      flush_every=flush_every),
+                energy=energy if isinstance(energy, EnergyConfig) else EnergyConfig(enabled=bool(energy)),
+                knobs=knobs or KnobConfig())
+        self.run_config = run_config
+        self.config: SessionConfig = run_config.session
+        cfg = self.config
+        self.ctx: DistContext = join(device, backend or run_config.launch.backend)
         self.device = self.ctx.device
-        self.precision = Precision(precision, self.device)
+        self.precision = Precision(cfg.precision, self.device)
+        self.grad_accum = cfg.grad_accum
         self._clock = clock_for(self.device)
-        self._comm_hook = TimedCommHook(self._clock.mark)
-        self.run_dir = self._agree_on_run_dir(run_dir)
-        self._show_progress = progress and self.is_main
+        ddp = self.ctx.distributed and cfg.strategy == "ddp"
+        self.comm: GradientComm | None = GradientComm(self._clock.mark) if ddp else None
+        self.timer = StepTimer(self._clock, self.comm, tail_measured=cfg.strategy == "ddp",
+                               distributed=self.ctx.distributed)
+        self.run_dir = agree_on_run_dir(self.ctx, run_dir)
         self._print_summary = summary and not os.environ.get("DTPO_LAUNCHED")
-        self.record = RunRecord(
-            run_id=self.run_dir.name, status="running",
-            started_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            config={"session": self.config.to_dict(), "energy": self.energy_config.to_dict(),
-                    "knobs": self.knob_config.to_dict(),
-                    "world_size": self.ctx.world_size, **(config or {})},
-            environment=environment(self.ctx))
-        peak = peak_flops(self.device, self.precision.compute_dtype) if count_flops else None
-        self._rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device),
-                                peak_flops=peak.to_dict() if peak else None)
+        record_config = run_config.to_dict()
+        record_config["launch"]["run_dir"] = str(self.run_dir)
+        record_config["world_size"] = self.ctx.world_size
+        if config:
+            record_config["user"] = dict(config)
+        record = RunRecord(run_id=self.run_dir.name, status="running", started_at=now_iso(),
+                           config=record_config, environment=environment(self.ctx))
+        record.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0) or 0)
+        peak = peak_flops(self.device, self.precision.compute_dtype) if cfg.count_flops else None
+        rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device),
+                          peak_flops=peak.to_dict() if peak else None)
+        self.lifecycle = RunLifecycle(self.ctx, self.run_dir, record, rank)
+        self.lifecycle.install_signal_handlers()
+        self.target_steps: int | None = None
+        self.switch_log: list[dict[str, Any]] = []
         self._model: nn.Module | None = None
-        self._progress: StepProgress | None = None
-        self._finished = False
+        self._started = False
         self._step = 0
         self._micro = 0
-        self._energy = self._start_energy()
-        self._reset_step_state()
-        self._install_sigterm_flush()
-        self._knobs = start_knobs(self.knob_config, rank_gpus(
-            self._energy.discovery.devices if self._energy is not None else None, self.ctx.local_rank,
-            self.device.type == "cuda")) if self.knob_config.requested else None
+        self._loss: torch.Tensor | None = None
+        self._flop_mode: FlopCounterMode | None = None
+        self._flops = 0
+        self._sync_ctx: contextlib.ExitStack | None = None
+        self._window_steps: list[StepRecord] = []
+        self._windows = 0
+        self.energy: EnergyCallback | None = None
+        self.callbacks: list[Callback] = self._builtin_callbacks(run_config, progress) + list(callbacks)
+        self.callbacks.append(FlushCallback(cfg.flush_every, cfg.warmup_steps))
+
+    @classmethod
+    def from_config(cls, config: RunConfig, *, callbacks: Sequence[Callback] = (), **kwargs: Any) -> Session:
+        """A Session for the whole configuration tree (what ``dtpo train`` workers use).
+
+        Args:
+            config: The run's configuration; it is kept in the record as given.
+            callbacks: Your own callbacks.
+            kwargs: ``device``, ``progress``, ``summary`` or ``config`` (extra settings for the record).
+        """
+        return cls(run_config=config, run_dir=config.launch.run_dir, callbacks=callbacks, **kwargs)
 
     # -- where this rank is ---------------------------------------------------------------------------
 
@@ -147,6 +200,16 @@ class Session:
         """Optimizer steps done so far."""
         return self._step
 
+    @property
+    def record(self) -> RunRecord:
+        """The run's record (ranks and totals are filled at :meth:`finish`)."""
+        return self.lifecycle.record
+
+    @property
+    def rank_record(self) -> RankRecord:
+        """This rank's measurements so far."""
+        return self.lifecycle.rank
+
     # -- the training loop ----------------------------------------------------------------------------
 
     def wrap(self, module: nn.Module) -> nn.Module:
@@ -158,17 +221,20 @@ class Session:
         """
         if self._model is not None:
             raise RuntimeError("Session.wrap() was already called; one Session trains one model")
-        hook = self._comm_hook if self.config.strategy == "ddp" else None
-        model = wrap_model(module, self.ctx, self.config.strategy, hook)  # type: ignore[arg-type]
-        if self.precision.autocast_dtype is not None:
-            inner_forward = model.forward
-            precision = self.precision
+        cfg = self.config
+        model = wrap_model(module, self.ctx, cfg.strategy, self.comm, compression=cfg.compression,
+                           powersgd_rank=cfg.powersgd_rank)
+        inner_forward = model.forward
+        session = self
 
-            def forward(self_: nn.Module, *args: Any, **kwargs: Any) -> Any:
-                with precision.forward_context():
-                    return precision.to_float32(inner_forward(*args, **kwargs))
+        def forward(self_: nn.Module, *args: Any, **kwargs: Any) -> Any:
+            precision = session.precision  # read at every call: the precision may change between steps
+            if precision.autocast_dtype is None:
+                return inner_forward(*args, **kwargs)
+            with precision.forward_context():
+                return precision.to_float32(inner_forward(*args, **kwargs))
 
-            model.forward = types.MethodType(forward, model)  # type: ignore[method-assign]
+        model.forward = types.MethodType(forward, model)  # type: ignore[method-assign]
         self._model = model
         return model
 
@@ -187,63 +253,59 @@ class Session:
         if steps is not None and steps < 0:
             raise ConfigError(f"steps must be >= 0, got {steps}")
         target = None if steps is None else self._step + steps
-        if self._progress is None:
-            self._progress = StepProgress(target, enabled=self._show_progress)
+        if not self._started:
+            self._started = True
+            self.target_steps = target
+            self._dispatch("on_train_start")
         iterator = iter(iterable)
+        timer = self.timer
         while target is None or self._step < target:
-            if self._micro == 0 and self._energy is not None:
-                self._energy.step_starting(self._step)
-            start = self._clock.mark()
-            if self._micro == 0:
-                self._step_start = start
+            first = self._micro == 0
+            if first:
+                self._dispatch("on_step_begin", self._step)
+            timer.batch_requested(first)
             try:
                 batch = next(iterator)
             except StopIteration:
                 return
-            batch = _to_device(batch, self.device)
-            self._batch_ready = self._clock.mark()
-            self._data_marks.append((start, self._batch_ready))
-            self._samples += _count_samples(batch)
+            if self.device.type != "cpu":
+                batch = _to_device(batch, self.device)
+            timer.batch_arrived(_count_samples(batch))
             self._enter_micro_step()
             yield batch
-            if self._batch_ready is not None:
+            if timer.batch_ready is not None:
                 raise RuntimeError("call session.backward(loss) for every batch from session.batches()")
-            if self._backward_done:
+            if timer.backward_done:
                 raise RuntimeError("call session.step(optimizer) after session.backward(loss)")
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of a micro-batch's loss, scaled by ``1 / grad_accum`` so k micro-batches equal one
         k-times larger batch, and through the gradient scaler for ``16-mixed``."""
-        if self._batch_ready is None:
+        if self.timer.batch_ready is None:
             raise RuntimeError("session.backward() must follow a batch from session.batches()")
-        last = self._micro == self.config.grad_accum - 1
-        self._comm_hook.reset()
+        last = self._micro == self.grad_accum - 1
+        self.timer.backward_starting()
         try:
-            scaled = loss / self.config.grad_accum if self.config.grad_accum > 1 else loss
+            scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
             self.precision.backward(scaled)
         finally:
             self._exit_micro_step()
-        end = self._clock.mark()
-        hooked = last and self._comm_hook.buckets > 0
-        compute_end = self._comm_hook.last_ready if hooked else end
-        self._compute_marks.append((self._batch_ready, compute_end))
-        if last:
-            self._tail_marks = (compute_end, end)
-        self._backward_end = end
+        self.timer.backward_finished(last)
         self._loss = loss.detach()
-        self._batch_ready = None
-        self._backward_done = True
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """End a micro-step; at the end of an accumulation window, step the optimizer and zero gradients.
 
         Returns:
             True when the optimizer stepped.
+
+        Raises:
+            DivergedError: The loss is NaN or infinite (the run ends with ``status: "diverged"``).
         """
-        if not self._backward_done:
+        if not self.timer.backward_done:
             raise RuntimeError("session.step() must follow session.backward(loss)")
-        self._backward_done = False
-        if self._micro < self.config.grad_accum - 1:
+        self.timer.backward_done = False
+        if self._micro < self.grad_accum - 1:
             self._micro += 1
             return False
         if self.config.max_grad_norm is not None:
@@ -260,46 +322,30 @@ class Session:
     def finish(self, error: BaseException | None = None) -> RunRecord | None:
         """Gather every rank's measurements to rank 0, which writes ``record.json`` and prints a summary.
 
-        After an error only this rank's partial record is written (the others may be gone); the launcher
-        merges the partial records of a failed run.
+        After an error (or an interrupt) only this rank's partial record is written, with the status
+        ``failed``, ``interrupted`` or ``diverged`` (the other ranks may be gone); the launcher merges them.
 
         Returns:
             The run record on rank 0, ``None`` on other ranks.
         """
-        if self._finished:
+        if self.lifecycle.finished:
             return None
-        self._finished = True
-        if self._progress is not None:
-            self._progress.close()
-        now = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-        self._stop_energy()
-        if self._knobs is not None:
-            self._knobs.__exit__(None, None, None)  # the GPU's original settings back, before anything else
-            self._knobs = None
-        if error is not None:
-            self._rank.error = f"{type(error).__name__}: {error}"
-            self._flush(status="failed")
-            return None
-        self._flush(status="completed")
-        ranks = [self._rank]
-        if self.ctx.distributed:
-            gathered: list[Any] | None = [None] * self.world_size if self.is_main else None
-            dist.gather_object(self._rank, gathered, dst=0)
-            # A sender's gather can return before rank 0 has read everything; tearing the group down then
-            # can break the connection under rank 0. Leave together.
-            dist.barrier()
-            ranks = sorted(gathered or [], key=lambda r: r.rank)
-        leave(self.ctx)
-        if not self.is_main:
-            return None
-        self.record.ranks = ranks
-        self.record.status = "completed"
-        self.record.finished_at = now
-        finalize(self.record)
-        self.record.save(self.run_dir)
-        if self._print_summary:
-            print_summary(self.record, record_path=str(self.run_dir / RECORD_FILE))
-        return self.record
+        if self._window_steps:
+            self._close_window()
+        rank_record = self.lifecycle.rank
+        rank_record.switches = list(self.switch_log)
+        for callback in self.callbacks:
+            try:
+                callback.on_rank_end(self, rank_record)
+            except Exception as exc:  # one broken callback must not cost the record
+                log.warning("callback %s failed at the end of the run: %s", type(callback).__name__, exc)
+        record = self.lifecycle.finish(error)
+        if error is None:
+            leave(self.ctx)
+        self._dispatch("on_train_end", record)
+        if record is not None and self._print_summary:
+            print_summary(record, record_path=str(self.run_dir / RECORD_FILE))
+        return record
 
     def __enter__(self) -> Session:
         return self
@@ -307,33 +353,110 @@ class Session:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         self.finish(error=exc)
 
+    # -- settings that may change between optimizer steps ---------------------------------------------
+
+    @property
+    def switches(self) -> dict[str, Switch]:
+        """The settings a tuner may change between optimizer steps, with whether each changes numerics."""
+        comm = self.comm
+        compression = comm.compression if comm is not None else "none"
+        return {
+            "precision": Switch("precision", self.precision.name, PRECISIONS, self.precision.changes_numerics),
+            "grad_accum": Switch("grad_accum", self.grad_accum, None, self.grad_accum != self.config.grad_accum),
+            "compression": Switch("compression", compression, COMPRESSIONS if comm is not None else ("none",),
+                                  changes_numerics(compression)),
+        }
+
+    def set_precision(self, name: str) -> None:
+        """Train in precision ``name`` from the next micro-batch on (changes numerics unless ``32-true``)."""
+        self._check_between_steps("precision")
+        if name == self.precision.name:
+            return
+        self.precision = Precision(name, self.device)
+        self._log_switch("precision", name)
+
+    def set_grad_accum(self, micro_batches: int) -> None:
+        """Take ``micro_batches`` micro-batches per optimizer step from the next step on.
+
+        With the same micro-batch size this changes the global batch (and so the optimisation); a caller that
+        keeps the global batch fixed also changes the micro-batch size of its loader.
+        """
+        self._check_between_steps("grad_accum")
+        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
+            raise ConfigError(f"grad_accum must be an integer >= 1, got {micro_batches!r}")
+        if micro_batches == self.grad_accum:
+            return
+        self.grad_accum = micro_batches
+        self._log_switch("grad_accum", micro_batches)
+
+    def set_compression(self, name: str, powersgd_rank: int | None = None) -> None:
+        """Compress gradients with ``name`` (``none``, ``fp16``, ``bf16``, ``powersgd``) from the next step on.
+
+        Raises:
+            ConfigError: Not a DDP run with several processes, or the backend cannot do it (bf16 on gloo).
+        """
+        self._check_between_steps("compression")
+        if self.comm is None:
+            if name == "none":
+                return
+            raise ConfigError(f"compression {name!r} needs DDP with more than one process "
+                              f"(strategy {self.config.strategy}, {self.world_size} process(es))")
+        rank = powersgd_rank or self.config.powersgd_rank
+        self.comm.set_compression(name, powersgd_rank=rank)
+        self._log_switch("compression", name if name != "powersgd" else f"powersgd-{rank}")
+
     # -- internals ------------------------------------------------------------------------------------
 
-    def _reset_step_state(self) -> None:
-        self._step_start: Any = None
-        self._batch_ready: Any = None
-        self._backward_end: Any = None
-        self._backward_done = False
-        self._data_marks: list[tuple[Any, Any]] = []
-        self._compute_marks: list[tuple[Any, Any]] = []
-        self._tail_marks: tuple[Any, Any] | None = None
-        self._samples = 0
-        self._loss: torch.Tensor | None = None
-        self._flop_mode: FlopCounterMode | None = None
-        self._flops = 0
-        self._sync_ctx: contextlib.ExitStack | None = None
+    def _builtin_callbacks(self, config: RunConfig, progress: bool) -> list[Callback]:
+        """Knobs first (restored before anything else at the end), then energy, then progress."""
+        out: list[Callback] = []
+        energy_devices = None
+        if config.energy.enabled:
+            found = discover(local_rank=self.ctx.local_rank, gpus=self.device.type == "cuda",
+                             node_shared=self.ctx.local_rank == 0, cpu_tdp_w=config.energy.cpu_tdp_w)
+            if self.is_main:
+                for note in found.notes:
+                    log.info("energy: %s", note)
+            self.energy = EnergyCallback(found, self.config.warmup_steps, config.energy.sample_interval_s)
+            energy_devices = found.devices
+        if config.knobs.requested:
+            gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
+            out.append(KnobCallback(config.knobs, gpus))
+        if self.energy is not None:
+            out.append(self.energy)
+        if progress:
+            out.append(ProgressCallback())
+        return out
+
+    def _dispatch(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+    def _check_between_steps(self, what: str) -> None:
+        if self._micro != 0 or self.timer.batch_ready is not None or self.timer.backward_done:
+            raise RuntimeError(f"{what} can change only between optimizer steps (not inside an accumulation "
+                               "window or between backward and step)")
+
+    def _log_switch(self, name: str, value: Any) -> None:
+        self.switch_log.append({"step": self._step, "setting": name, "value": value})
+        if self.is_main:
+            log.info("from step %d: %s = %s", self._step, name, value)
 
     def _enter_micro_step(self) -> None:
         """Turn off gradient sync on all but the last micro-step; count FLOPs on the first step."""
+        accum = self.grad_accum
+        counting = self.config.count_flops and self._step == 0
+        if accum == 1 and not counting:
+            return
         stack = contextlib.ExitStack()
-        last = self._micro == self.config.grad_accum - 1
+        last = self._micro == accum - 1
         model = self._model
-        if self.ctx.distributed and self.config.grad_accum > 1:
+        if self.ctx.distributed and accum > 1:
             if self.config.strategy == "ddp" and not last:
                 stack.enter_context(model.no_sync())  # type: ignore[union-attr, operator]
             elif self.config.strategy == "fsdp":
                 model.set_requires_gradient_sync(last)  # type: ignore[union-attr, operator]
-        if self.config.count_flops and self._step == 0:
+        if counting:
             self._flop_mode = FlopCounterMode(display=False)
             stack.enter_context(self._flop_mode)
         self._sync_ctx = stack
@@ -347,94 +470,34 @@ class Session:
             self._flop_mode = None
 
     def _close_step(self, end: Any) -> None:
-        secs = self._clock.seconds
-        data = sum(secs(a, b) for a, b in self._data_marks)
-        compute = sum(secs(a, b) for a, b in self._compute_marks)
-        tail = secs(*self._tail_marks) if self._tail_marks else 0.0
-        if self.ctx.distributed and self.config.strategy == "fsdp":
-            tail = None  # FSDP2 offers no per-bucket hook: its collectives stay inside compute_s
         loss = float(self._loss.float().item()) if self._loss is not None else None
-        record = StepRecord(
-            step=self._step, warmup=self._step < self.config.warmup_steps, samples=self._samples,
-            step_s=secs(self._step_start, end), data_wait_s=data, compute_s=compute, tail_s=tail,
-            optimizer_s=secs(self._backward_end, end), loss=loss,
-            comm_exposed_s=None if self.ctx.distributed else 0.0,
-            sync_wait_s=None if self.ctx.distributed else 0.0)
-        self._rank.steps.append(record)
-        if self._energy is not None:
-            self._energy.step_ended(self._step)
-        if self._step == 0 and self.config.count_flops:
-            self._rank.flops_per_step = float(self._flops)
+        self._loss = None
+        step = self._step
+        record = self.timer.close(step, step < self.config.warmup_steps, end, loss)
+        rank = self.lifecycle.rank
+        rank.steps.append(record)
+        if step == 0 and self.config.count_flops:
+            rank.flops_per_step = float(self._flops)
         self._step += 1
         self._micro = 0
-        if self._progress is not None:
-            self._progress.update(self._step, record.samples, loss)
-        self._reset_step_state()
-        if self._step == self.config.warmup_steps + 1 or self._step % self.config.flush_every == 0:
-            self._flush(status="running")
+        check_loss(loss, step, self.rank)
+        self._dispatch("on_step_end", record)
+        if not record.warmup:
+            self._window_steps.append(record)
+            if len(self._window_steps) >= self.config.window_steps:
+                self._close_window()
 
-    def _start_energy(self) -> StepEnergy | None:
-        """Open this rank's power sources; the node's shared ones (CPU, DRAM) on local rank 0 only."""
-        cfg = self.energy_config
-        if not cfg.enabled:
-            return None
-        found = discover(local_rank=self.ctx.local_rank, gpus=self.device.type == "cuda",
-                         node_shared=self.ctx.local_rank == 0, cpu_tdp_w=cfg.cpu_tdp_w)
-        if self.is_main:
-            for note in found.notes:
-                print(f"dtpo energy: {note}", file=sys.stderr, flush=True)
-        return StepEnergy(found, cfg.window_steps, self.config.warmup_steps, cfg.sample_interval_s,
-                          on_lost=lambda msg: print(f"dtpo energy (rank {self.rank}): {msg}", file=sys.stderr))
-
-    def _stop_energy(self) -> None:
-        """Close the energy windows, keep this rank's energy section and write its power timeline."""
-        if self._energy is None:
-            return
-        self._rank.energy = self._energy.finish(last_step=self._step - 1)
-        rows = self._energy.timeline_rows()
-        if rows:
-            write_power_timeline(rank_record_path(self.run_dir, self.rank).with_name(
-                f"power-rank{self.rank:05d}.csv"), rows)
-        self._energy = None
-
-    def _flush(self, status: str) -> None:
-        """Write this rank's partial record (atomically) so a crash leaves what was measured."""
-        partial = RunRecord(self.record.run_id, status, self.record.started_at,
-                            config=self.record.config, environment=self.record.environment,
-                            ranks=[self._rank], error=self._rank.error)
-        write_json_atomic(rank_record_path(self.run_dir, self.rank), partial.to_dict())
-
-    def _agree_on_run_dir(self, run_dir: str | os.PathLike[str] | None) -> Path:
-        """All ranks must write into the same run directory: rank 0 decides when nobody said."""
-        chosen = run_dir or os.environ.get("DTPO_RUN_DIR")
-        if chosen is None:
-            name = [new_run_id()]
-            if self.ctx.distributed:
-                dist.broadcast_object_list(name, src=0)
-            chosen = Path("runs") / name[0]
-        path = Path(chosen).resolve()
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
-    def _install_sigterm_flush(self) -> None:
-        """On SIGTERM (torchrun stopping the survivors of a failed run) write the partial record first."""
-        if threading.current_thread() is not threading.main_thread():
-            return
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-            return
-
-        def on_term(signum: int, frame: Any) -> None:
-            self._rank.error = "terminated by SIGTERM"
-            with contextlib.suppress(Exception):
-                self._flush(status="failed")
-            raise SystemExit(128 + signum)
-
-        signal.signal(signal.SIGTERM, on_term)
+    def _close_window(self) -> None:
+        steps, self._window_steps = self._window_steps, []
+        times = sorted(s.step_s for s in steps)
+        window = Window(index=self._windows, first_step=steps[0].step, last_step=steps[-1].step,
+                        time_s=sum(times), samples=sum(s.samples for s in steps), step_time_s=times[len(times) // 2],
+                        settings={name: switch.value for name, switch in self.switches.items()})
+        self._windows += 1
+        self._dispatch("on_window_end", window)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
-    if device.type == "cpu":
-        return batch
     return tree_map(lambda t: t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t, batch)
 
 

@@ -1,79 +1,97 @@
-"""Energy per window of training steps, and over the measured part of a run, on one rank.
+"""Energy per window of training steps, and over the measured part of a run, on one rank: a callback.
 
-The run window opens when the first measured (post-warm-up) step starts. Windows of ``window_steps`` steps
-follow each other without a gap: one snapshot ends a window and starts the next, so the windows add up
-exactly to the run window.
+The run window opens when the first measured (post-warm-up) step starts. The Session closes a window every
+``window_steps`` measured steps; this callback, first in the list, fills each window's energy from one
+snapshot of every device, which also opens the next window, so the windows add up exactly to the run window.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from dtpo.core.callbacks import Callback, Window
+from dtpo.core.record import RankRecord, rank_record_path
 from dtpo.devices.discovery import Discovery
-from dtpo.energy.monitor import Monitor, WindowMeasurement
+from dtpo.energy.monitor import Monitor, Snapshot, WindowMeasurement
+
+log = logging.getLogger(__name__)
 
 RUN_WINDOW = "run"
+CURRENT_WINDOW = "current"
 
 
-class StepEnergy:
-    """Measures energy windows aligned with optimizer steps.
+class EnergyCallback(Callback):
+    """Measures energy over the Session's windows and over the run.
 
     Args:
         discovery: The devices this rank counts and how they were chosen.
-        window_steps: Steps per energy window.
         warmup_steps: Steps before the run window opens.
         sample_interval_s: Period of the power timeline (``None``: no sampler thread).
-        on_lost: Called with a one-line message when a device stops answering.
     """
 
-    def __init__(self, discovery: Discovery, window_steps: int, warmup_steps: int,
-                 sample_interval_s: float | None = 0.1, on_lost: Any = None) -> None:
+    def __init__(self, discovery: Discovery, warmup_steps: int, sample_interval_s: float | None = 0.1) -> None:
         self.discovery = discovery
-        self.window_steps = window_steps
         self.warmup_steps = warmup_steps
-        self.monitor = Monitor(discovery.devices, sample_interval_s=sample_interval_s, on_lost=on_lost)
+        self.monitor = Monitor(discovery.devices, sample_interval_s=sample_interval_s,
+                               on_lost=lambda msg: log.warning("%s", msg))
         self.windows: list[dict[str, Any]] = []
-        self._window_first_step: int | None = None
-        self._boundary: Any = None  # snapshot that closed the latest window
+        self._open = False
+        self._boundary: Snapshot | None = None  # the snapshot that closed the latest window
         self._run: WindowMeasurement | None = None
+        self._closed = False
 
-    def step_starting(self, step: int) -> None:
+    def on_step_begin(self, session: Any, step: int) -> None:
         """Open the run window at the start of the first measured step."""
-        if step == self.warmup_steps and self._window_first_step is None and self._run is None:
+        if step == self.warmup_steps and not self._open and self._run is None:
             snap = self.monitor.snapshot()
             self.monitor.begin_window(RUN_WINDOW, at=snap)
-            self.monitor.begin_window(self._window_name(step), at=snap)
-            self._window_first_step = step
+            self.monitor.begin_window(CURRENT_WINDOW, at=snap)
+            self._boundary = snap
+            self._open = True
 
-    def step_ended(self, step: int) -> None:
-        """Close the current window after its last step and open the next one at the same instant."""
-        first = self._window_first_step
-        if first is None or step - first + 1 < self.window_steps:
+    def on_window_end(self, session: Any, window: Window) -> None:
+        """Fill the window's energy and open the next window at the same instant."""
+        if not self._open:
             return
         snap = self.monitor.snapshot()
-        self._close_window(first, step, snap)
-        self.monitor.begin_window(self._window_name(step + 1), at=snap)
-        self._window_first_step = step + 1
+        measured = self.monitor.end_window(CURRENT_WINDOW, at=snap)
+        self.monitor.begin_window(CURRENT_WINDOW, at=snap)
         self._boundary = snap
+        window.energy_j = dict(measured.energy_j)
+        window.sources = dict(measured.sources)
+        window.estimated = measured.estimated
+        self.windows.append({"first_step": window.first_step, "last_step": window.last_step, **measured.to_dict()})
+        session.rank_record.energy = self.section()  # partial records written from now on carry the windows
 
-    def finish(self, last_step: int) -> dict[str, Any]:
-        """Close open windows and stop the sampler; returns this rank's energy section of the record."""
-        if self._window_first_step is not None:
-            snap = self.monitor.snapshot()
-            if last_step >= self._window_first_step:
-                self._close_window(self._window_first_step, last_step, snap)
-            else:
-                # No step since the last boundary: the run ends there, where the last step ended.
-                self.monitor.end_window(self._window_name(self._window_first_step), at=snap)
-                snap = self._boundary
-            self._run = self.monitor.end_window(RUN_WINDOW, at=snap)
-            self._window_first_step = None
+    def on_rank_end(self, session: Any, rank_record: RankRecord) -> None:
+        """Close the run window where the last window ended, stop the sampler, keep this rank's energy section
+        and write its power timeline."""
+        self.close()
+        rank_record.energy = self.section()
+        rows = self.timeline_rows()
+        if rows:
+            path = rank_record_path(session.run_dir, rank_record.rank, session.record.attempt).with_name(
+                f"power-rank{rank_record.rank:05d}.csv")
+            try:
+                write_power_timeline(path, rows)
+            except OSError as exc:
+                log.warning("cannot write the power timeline %s (%s)", path, exc.strerror or exc)
+
+    def close(self) -> None:
+        """End the run window at the last window boundary and release the devices (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._open:
+            self.monitor.end_window(CURRENT_WINDOW, at=self._boundary)
+            self._run = self.monitor.end_window(RUN_WINDOW, at=self._boundary)
+            self._open = False
         self.monitor.close()
-        return self.section()
 
     def section(self) -> dict[str, Any]:
         """This rank's energy as recorded: devices, notes, windows, the run window, lost devices."""
@@ -89,14 +107,6 @@ class StepEnergy:
     def timeline_rows(self) -> list[dict[str, float]]:
         """The power timeline as rows of ``t`` and one column per device (watts)."""
         return [{"t": p.t, **p.power_w} for p in self.monitor.timeline]
-
-    def _close_window(self, first: int, last: int, snap: Any) -> None:
-        window = self.monitor.end_window(self._window_name(first), at=snap)
-        self.windows.append({"first_step": first, "last_step": last, **window.to_dict()})
-
-    @staticmethod
-    def _window_name(first_step: int) -> str:
-        return f"steps-from-{first_step}"
 
 
 def write_power_timeline(path: Path, rows: list[dict[str, float]]) -> None:

@@ -6,8 +6,10 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from dtpo.core.measurement import Measurement
 from dtpo.core.record import RunRecord
 from dtpo.core.totals import measured_steps
 
@@ -16,13 +18,21 @@ def _pct(part: float | None, whole: float) -> str:
     return "n/a" if part is None or whole <= 0 else f"{100 * part / whole:.1f}%"
 
 
+PIPE_WIDTH = 1000
+"""Columns of a console that is not a terminal: wide enough that no table is cut (lines are as long as needed)."""
+
+
 def make_console() -> Console:
-    """A console for tables: the terminal's width on a terminal, 120 columns in a log."""
-    return Console() if sys.stdout.isatty() else Console(width=120)
+    """A console for tables: the terminal's width on a terminal; in a pipe or a log, no cutting or wrapping."""
+    if sys.stdout.isatty():
+        return Console()
+    return Console(width=PIPE_WIDTH, soft_wrap=True)
 
 
-def format_value(m: dict[str, Any] | None) -> str:
-    """A measurement dict as text, with its unit and an *estimated* label where it is modelled."""
+def format_value(m: Measurement | dict[str, Any] | None) -> str:
+    """A measurement (or its dict) as text, with its unit and an *estimated* label where it is modelled."""
+    if isinstance(m, Measurement):
+        m = m.to_dict()
     if not m or m.get("value") is None:
         return "n/a"
     value, unit = m["value"], m["unit"]
@@ -37,6 +47,10 @@ def format_value(m: dict[str, Any] | None) -> str:
     else:
         text = f"{value:,} {unit}"
     return text + (" (estimated)" if m.get("source") == "estimated" else "")
+
+
+def _loss(m: Measurement) -> str:
+    return "n/a" if m.value is None else f"{m.value:.4f}"
 
 
 def breakdown_table(record: RunRecord) -> Table:
@@ -78,31 +92,59 @@ def totals_table(record: RunRecord) -> Table:
         ("sync latency (mean)", format_value(t.get("sync_latency_s"))),
         ("data-loading share", format_value(t.get("data_wait_fraction"))),
     ]
-    if "loss_first" in t:
-        rows.append(("loss", f"{t['loss_first']['value']:.4f} -> {t['loss_last']['value']:.4f}"))
+    threads = record.environment.get("torch_threads")
+    if threads is not None:
+        rows.insert(1, ("threads per worker", str(threads)))
+    if "loss_first" in t and "loss_last" in t:
+        rows.append(("loss", f"{_loss(t['loss_first'])} -> {_loss(t['loss_last'])}"))
+    knobs = knob_summary(record)
+    if knobs:
+        rows.append(("GPU knobs", knobs))
+    switches = sorted({(s["step"], s["setting"], str(s["value"])) for r in record.ranks for s in r.switches})
+    if switches:
+        rows.append(("switched", "; ".join(f"step {step}: {name} = {value}" for step, name, value in switches)))
+    mfu = t.get("mfu")
+    if mfu is not None and mfu.value is None and mfu.note:
+        rows.insert(rows.index(("MFU", "n/a")) + 1, ("", f"[dim]MFU unknown: {mfu.note}[/dim]"))
     rows += energy_rows(record)
     for name, value in rows:
         table.add_row(name, value)
     return table
 
 
+def knob_summary(record: RunRecord) -> str | None:
+    """One line on the GPU knobs requested for the run and what each rank did with them."""
+    per_rank = [r.knobs for r in record.ranks if r.knobs]
+    if not per_rank:
+        return None
+    first = per_rank[0]
+    asked = ", ".join(part for part in (
+        f"power limit {first['power_limit_w']:g} W" if first.get("power_limit_w") is not None else "",
+        f"SM clock {first['sm_clock_mhz']} MHz" if first.get("sm_clock_mhz") is not None else "") if part)
+    notes = sorted({k.get("note", "") for k in per_rank})
+    return f"{asked}: {'; '.join(n for n in notes if n)}"
+
+
 def energy_rows(record: RunRecord) -> list[tuple[str, str]]:
     """Energy lines of the summary; a modelled figure is labelled *estimated*."""
     e = record.energy
-    if not e:
+    if e is None:
         return [("energy", "not measured")]
-    sources = ", ".join(f"{k} {100 * v / max(sum(e['by_source_j'].values()), 1e-12):.0f}%"
-                        for k, v in sorted(e["by_source_j"].items()))
+    whole = max(sum(e.by_source_j.values()), 1e-12)
+    sources = ", ".join(f"{k} {100 * v / whole:.0f}%" for k, v in sorted(e.by_source_j.items()))
+    per_sample = format_value(e.energy_per_sample_j)
+    if e.energy_per_sample_j.value is None and e.energy_per_sample_j.note:
+        per_sample += f" ({e.energy_per_sample_j.note})"
     rows = [
-        ("energy", f"{format_value(e['energy_j'])}  [{sources}]"),
-        ("average power", format_value(e["average_power_w"])),
-        ("energy per sample", format_value(e["energy_per_sample_j"])),
-        ("emissions", f"{format_value(e['co2_g'])} at {e['co2_g'].get('note', '')}"),
+        ("energy", f"{format_value(e.energy_j)}  {escape(f'[{sources}]')}"),
+        ("average power", format_value(e.average_power_w)),
+        ("energy per sample", per_sample),
+        ("emissions", f"{format_value(e.co2_g)} at {e.co2_g.note}"),
     ]
-    if "cost" in e:
-        rows.append(("cost", format_value(e["cost"])))
-    if e.get("lost"):
-        rows.append(("energy lost", "; ".join(f"{k}: {v}" for k, v in e["lost"].items())))
+    if e.cost is not None:
+        rows.append(("cost", format_value(e.cost)))
+    if e.lost:
+        rows.append(("energy lost", "; ".join(f"{k}: {v}" for k, v in e.lost.items())))
     return rows
 
 
@@ -114,6 +156,6 @@ def print_summary(record: RunRecord, console: Console | None = None, record_path
                   "backward, sync = waiting for the slowest rank[/dim]")
     console.print(totals_table(record))
     if record.error:
-        console.print(f"[red]run failed:[/red] {record.error}")
+        console.print(f"[red]run {escape(record.status)}:[/red] {escape(record.error)}")
     if record_path:
         console.print(f"record: {record_path}")

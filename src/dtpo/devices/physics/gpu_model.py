@@ -24,7 +24,7 @@ of the boost clock:
   lowest clock and draws more than the limit (the A40 traces show this at 100 W). A clock lock caps the clock
   as well: the effective clock is the lower of the lock and what the limit allows.
 
-GPU constants (``P_static``, ``v_floor``, ``v_knee``) live in :mod:`dtpo.plan.power_specs`: fitted for the
+GPU constants (``P_static``, ``v_floor``, ``v_knee``) live in :mod:`dtpo.devices.physics.power_specs`: fitted for the
 A40 and V100, estimated for the others. Workload constants (``u``, ``m``, ``t0``) are fitted per trace by
 least squares on log time and log power over the measured limits (a grid: ``u`` in 0.10..2.00 by 0.02,
 ``m`` in 0.00..0.95 by 0.01; ``t0`` in closed form), see :func:`fit_workload`. The cap ``u <= 2`` binds for
@@ -57,8 +57,8 @@ from functools import cache, lru_cache
 import numpy as np
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.power_specs import PowerSpec, find_power_spec
-from dtpo.plan.traces import (
+from dtpo.devices.physics.power_specs import PowerSpec, find_power_spec
+from dtpo.devices.physics.traces import (
     Trace,
     default_batch_size,
     find_trace,
@@ -455,10 +455,10 @@ def load_model(gpu: str, workload: str, batch_size: int | None = None,
     """The model of ``workload`` on ``gpu`` (cached: the same arguments return the same object).
 
     Args:
-        gpu: GPU name or alias (see :mod:`dtpo.plan.power_specs`), e.g. ``"A40"``, ``"h100"``.
+        gpu: GPU name or alias (see :mod:`dtpo.devices.physics.power_specs`), e.g. ``"A40"``, ``"h100"``.
         workload: ``"network"`` (when unambiguous) or ``"network/dataset"``, e.g. ``"resnet50"``.
         batch_size: Samples per step; ``None`` for Zeus's default batch of that workload (see
-            :mod:`dtpo.plan.traces`).
+            :mod:`dtpo.devices.physics.traces`).
         calibrated: ``True``: the calibrated model (needs a trace); ``False``: the parametric model;
             ``None``: calibrated where a trace of (gpu, workload, batch size) exists, else parametric.
 

@@ -2,7 +2,7 @@
 
 One :class:`PowerSpec` per simulatable GPU: the power-limit range a driver accepts, the supported SM clocks,
 datasheet throughput and bandwidth, and three constants of the physical power model in
-:mod:`dtpo.plan.gpu_model` (static power and the shape of the voltage/frequency curve).
+:mod:`dtpo.devices.physics.gpu_model` (static power and the shape of the voltage/frequency curve).
 
 Where the figures come from (each spec's ``source`` says it again):
 
@@ -11,7 +11,7 @@ Where the figures come from (each spec's ``source`` says it again):
   the boost clock; Volta lists them about every 7.5 MHz (1380, 1372, 1365, ... MHz). AMD exposes a min/max
   range instead of a list; for the MI250X the simulator uses a 15 MHz grid and its power-cap floor is an
   estimate (not published).
-* Peak FP16 tensor FLOP/s (dense): :mod:`dtpo.plan.catalogue`, except the V100, whose catalogue entry is the
+* Peak FP16 tensor FLOP/s (dense): :mod:`dtpo.devices.physics.catalogue`, except the V100, whose catalogue entry is the
   300 W SXM2 part: the traced V100 is the 250 W PCIe card (112 TFLOP/s).
 * Idle power: typical ``nvidia-smi``/``rocm-smi`` readings of an idle board; estimates, good to +-30 %.
 * Model constants (``static_power_w``, ``v_floor``, ``v_knee``): for the A40 and V100 they are fitted to the
@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.catalogue import GPUS
+from dtpo.devices.physics.catalogue import GPUS
 
 TERA = 1e12
 GIGA = 1e9

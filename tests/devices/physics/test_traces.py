@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from importlib import resources
 from pathlib import Path
@@ -10,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.traces import ZEUS_OPTIMIZER, find_trace, load_traces, resolve_workload
+from dtpo.devices.physics.traces import ZEUS_OPTIMIZER, find_trace, load_traces, resolve_workload
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "zeus-nsdi23"
+SHARED = Path(__file__).resolve().parents[4] / "shared" / "data" / "zeus-nsdi23"
 FILES = {"A40": "summary_power_a40.csv", "V100": "summary_power_v100.csv"}
 
 
 def packaged(name: str) -> resources.abc.Traversable:
-    return resources.files("dtpo.plan") / "data" / "zeus_nsdi23" / name
+    return resources.files("dtpo.devices.physics") / "data" / "zeus_nsdi23" / name
 
 
 def raw_rows(gpu: str) -> list[dict[str, str]]:
@@ -89,6 +90,21 @@ def test_packaged_data_is_used_and_attributed() -> None:
     assert "Apache License 2.0" in readme and "Zeus" in readme and "verbatim copy" in readme
     # The copy lives inside the dtpo package (so wheels carry it), not in the shared folder.
     assert "dtpo" in Path(str(packaged(FILES["A40"]))).parts
+
+
+# SHA-256 of the Zeus artifact's files, checked byte for byte against ../shared/data/zeus-nsdi23/ when recorded.
+ZEUS_SHA256 = {
+    "summary_power_a40.csv": "f4ec111fc9b06b353182faab9160ecb1236a486b2741ed93383b80497332031e",
+    "summary_power_v100.csv": "f0b066dd1a451bd78f730e001ac3a7c411979bc7f0846f12c1a9fb604aa90628",
+}
+
+
+def test_packaged_copy_matches_the_recorded_checksums() -> None:
+    """Runs everywhere (wheel, CI, checkout): the packaged bytes are the Zeus artifact's."""
+    for name, digest in ZEUS_SHA256.items():
+        assert hashlib.sha256(packaged(name).read_bytes()).hexdigest() == digest, name
+    manifest = dict(reversed(line.split()) for line in packaged("SHA256SUMS").read_text().splitlines() if line)
+    assert manifest == ZEUS_SHA256  # the manifest shipped beside the data says the same
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="no ../shared checkout beside this repository")

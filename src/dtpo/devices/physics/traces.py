@@ -3,7 +3,7 @@
 Each trace is one training workload (network, dataset, batch size, optimizer) measured on one real GPU at
 every power limit from 100 W to the GPU's maximum in 25 W steps: seconds per epoch and average board power.
 The CSV files are verbatim copies of the Zeus artifact (Apache-2.0, attribution in
-``dtpo/plan/data/zeus_nsdi23/README.md``) and are read with :mod:`importlib.resources`, so they work from a
+``dtpo/devices/physics/data/zeus_nsdi23/README.md``) and are read with :mod:`importlib.resources`, so they work from a
 wheel, an editable install or a source checkout alike.
 
 Optimizer rule: the V100 file measures shufflenetv2/CIFAR-100 with two optimizers (adadelta and adam). By
@@ -27,7 +27,7 @@ from importlib import resources
 
 from dtpo.core.errors import ConfigError
 
-DATA_PACKAGE = "dtpo.plan"
+DATA_PACKAGE = "dtpo.devices.physics"
 DATA_DIR = ("data", "zeus_nsdi23")
 TRACE_FILES: dict[str, str] = {"A40": "summary_power_a40.csv", "V100": "summary_power_v100.csv"}
 

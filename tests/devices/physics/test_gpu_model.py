@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.gpu_model import (
+from dtpo.devices.physics.gpu_model import (
     CalibratedModel,
     GpuModel,
     ParametricModel,
@@ -20,8 +20,8 @@ from dtpo.plan.gpu_model import (
     load_model,
     samples_per_epoch,
 )
-from dtpo.plan.power_specs import POWER_SPECS, find_power_spec
-from dtpo.plan.traces import Trace, load_traces
+from dtpo.devices.physics.power_specs import POWER_SPECS, find_power_spec
+from dtpo.devices.physics.traces import Trace, load_traces
 
 ALL_TRACES = load_traces(all_optimizers=True)
 UNTRACED = ("H100-SXM", "A100-SXM", "MI250X")
@@ -60,7 +60,7 @@ KNOB_MATTERS = [t for t in load_traces() if energy_variation(t) >= VAR_MIN]
 
 def csv_rows(trace: Trace) -> list[dict[str, str]]:
     name = {"A40": "summary_power_a40.csv", "V100": "summary_power_v100.csv"}[trace.gpu]
-    text = (resources.files("dtpo.plan") / "data" / "zeus_nsdi23" / name).read_text(encoding="utf-8")
+    text = (resources.files("dtpo.devices.physics") / "data" / "zeus_nsdi23" / name).read_text(encoding="utf-8")
     key = (trace.network, trace.dataset, str(trace.batch_size), trace.optimizer)
     return [r for r in csv.DictReader(io.StringIO(text))
             if (r["network"], r["dataset"], r["batch_size"], r["optimizer"]) == key]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dtpo.plan.catalogue import find_gpu, gpu_peak_flops
+from dtpo.devices.physics.catalogue import find_gpu, gpu_peak_flops
 
 
 @pytest.mark.parametrize("name, expected", [

@@ -1,0 +1,426 @@
+"""The configuration tree of a run, passed as data from the CLI to every worker and into the record.
+
+One tree, nested keyword-only dataclasses::
+
+    RunConfig
+      workload  WorkloadConfig   which built-in workload, steps, batch, learning rate, seed
+      session   SessionConfig    precision, strategy, accumulation, compression, warm-up, windows
+      energy    EnergyConfig     measure or not, CPU TDP, grid intensity, price
+      knobs     KnobConfig       GPU power limit / SM clock held for the run, apply | dry-run | observe
+      launch    LaunchConfig     local workers, threads per worker, run directory
+
+Every field carries its documentation as a string right under it (read by :func:`field_docs`, so the CLI's
+help and this file cannot disagree) and, where it is a command-line flag, the flag's name in its metadata
+(:func:`flag`). Values are checked in ``__post_init__``; a bad one raises :class:`ConfigError` naming the
+field and its flag: ``session.grad_accum must be >= 1, got 0 (--grad-accum)``.
+
+The CLI writes the resolved tree to ``RUN_DIR/config.json``; workers read it from there (``DTPO_CONFIG``),
+the record keeps it, and ``dtpo train --config RUN_DIR/config.json`` (or a TOML file) runs it again.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import json
+import math
+import os
+import textwrap
+import tomllib
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dtpo.core.errors import ConfigError
+
+CONFIG_SCHEMA = "dtpo.config/1"
+CONFIG_FILE = "config.json"
+
+PRECISIONS: tuple[str, ...] = ("32-true", "bf16-mixed", "16-mixed")
+STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
+COMPRESSIONS: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
+KNOB_MODES: tuple[str, ...] = ("apply", "dry-run", "observe")
+BACKENDS: tuple[str, ...] = ("gloo", "nccl")
+
+MAX_STEPS = 10**9
+MAX_BATCH_SIZE = 2**20
+MAX_GRAD_ACCUM = 4096
+MAX_WORKERS = 1024
+MAX_SEED = 2**63 - 1
+
+
+def flag(name: str, *, short: str | None = None) -> dict[str, Any]:
+    """Field metadata naming the field's command-line flag, e.g. ``field(default=1, metadata=flag("--steps"))``."""
+    return {"flag": name, "short": short}
+
+
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The documentation string written right under each field of a dataclass, by field name."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+class _Section:
+    """Shared checks of the config sections; each names the failing field as ``section.field (--flag)``."""
+
+    SECTION: ClassVar[str] = ""
+
+    def _fail(self, name: str, problem: str) -> ConfigError:
+        meta = next((f.metadata for f in dataclasses.fields(self) if f.name == name), {})  # type: ignore[arg-type]
+        hint = f" ({meta['flag']})" if meta.get("flag") else ""
+        return ConfigError(f"{self.SECTION}.{name} {problem}{hint}")
+
+    def _check_type(self, name: str, kind: type, optional: bool) -> Any:
+        value = getattr(self, name)
+        if value is None and optional:
+            return None
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+            setattr(self, name, value)
+        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
+        if not ok:
+            raise self._fail(name, f"must be {_kind_name(kind)}{' or null' if optional else ''}, got {value!r}")
+        if kind is float and not math.isfinite(value):
+            raise self._fail(name, f"must be a finite number, got {value!r}")
+        return value
+
+    def _int(self, name: str, low: int, high: int | None = None, optional: bool = False) -> None:
+        value = self._check_type(name, int, optional)
+        if value is None:
+            return
+        if value < low:
+            raise self._fail(name, f"must be >= {low}, got {value}")
+        if high is not None and value > high:
+            raise self._fail(name, f"must be <= {high:,}, got {value:,}")
+
+    def _float(self, name: str, *, positive: bool = False, minimum: float | None = None,
+               maximum: float | None = None, optional: bool = False) -> None:
+        value = self._check_type(name, float, optional)
+        if value is None:
+            return
+        if positive and value <= 0:
+            raise self._fail(name, f"must be positive, got {value:g}")
+        if minimum is not None and value < minimum:
+            raise self._fail(name, f"must be >= {minimum:g}, got {value:g}")
+        if maximum is not None and value > maximum:
+            raise self._fail(name, f"must be <= {maximum:g}, got {value:g}")
+
+    def _choice(self, name: str, choices: tuple[str, ...]) -> None:
+        value = getattr(self, name)
+        if value not in choices:
+            raise self._fail(name, f"must be one of {', '.join(choices)}, got {value!r}")
+
+    def _bool(self, name: str) -> None:
+        self._check_type(name, bool, False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+def _kind_name(kind: type) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(kind, kind.__name__)
+
+
+@dataclass(kw_only=True)
+class WorkloadConfig(_Section):
+    """What to train (the built-in example workloads of ``dtpo train``)."""
+
+    SECTION: ClassVar[str] = "workload"
+
+    name: str = field(default="lm", metadata=flag("--workload", short="-w"))
+    """Built-in workload: lm (character-level GPT on Python's own sources), mlp or cnn (synthetic)."""
+    steps: int | None = field(default=None, metadata=flag("--steps"))
+    """Optimizer steps to train (default: the workload's own)."""
+    batch_size: int | None = field(default=None, metadata=flag("--batch-size"))
+    """Micro-batch size per worker (default: the workload's own)."""
+    lr: float | None = field(default=None, metadata=flag("--lr"))
+    """AdamW learning rate (default: the workload's own)."""
+    seed: int = field(default=0, metadata=flag("--seed"))
+    """Seed of the model's initial weights and of the data."""
+
+    def __post_init__(self) -> None:
+        self._check_type("name", str, False)
+        self._int("steps", 1, MAX_STEPS, optional=True)
+        self._int("batch_size", 1, MAX_BATCH_SIZE, optional=True)
+        self._float("lr", positive=True, maximum=1e3, optional=True)
+        self._int("seed", 0, MAX_SEED)
+
+
+@dataclass(kw_only=True)
+class SessionConfig(_Section):
+    """How a :class:`~dtpo.session.session.Session` trains and measures."""
+
+    SECTION: ClassVar[str] = "session"
+
+    precision: str = field(default="32-true", metadata=flag("--precision"))
+    """32-true, bf16-mixed (autocast to bfloat16) or 16-mixed (autocast to float16 with a gradient scaler)."""
+    strategy: str = field(default="ddp", metadata=flag("--strategy"))
+    """ddp (DistributedDataParallel) or fsdp (FSDP2 fully_shard)."""
+    grad_accum: int = field(default=1, metadata=flag("--grad-accum"))
+    """Micro-batches per optimizer step; gradients are synchronised on the last one only."""
+    compression: str = field(default="none", metadata=flag("--compression"))
+    """Gradient compression in DDP's comm hook: none, fp16, bf16 (where the backend has it) or powersgd."""
+    powersgd_rank: int = field(default=1, metadata=flag("--powersgd-rank"))
+    """Rank of PowerSGD's low-rank approximation (1-4), with error feedback."""
+    warmup_steps: int = field(default=2, metadata=flag("--warmup-steps"))
+    """Optimizer steps left out of the totals (DDP rebuilds its buckets after the first; FLOPs are counted then)."""
+    window_steps: int = field(default=10, metadata=flag("--window-steps"))
+    """Optimizer steps per measurement window (time, samples and energy; what tuners are fed)."""
+    max_grad_norm: float | None = field(default=None, metadata=flag("--max-grad-norm"))
+    """Clip gradients to this total norm before each optimizer step."""
+    count_flops: bool = field(default=True, metadata=flag("--count-flops"))
+    """Count model FLOPs on the first step with torch.utils.flop_counter (for MFU)."""
+    flush_every: int = field(default=50, metadata=flag("--flush-every"))
+    """Write each rank's partial record every N steps, so a crash leaves what was measured."""
+
+    def __post_init__(self) -> None:
+        self._choice("precision", PRECISIONS)
+        self._choice("strategy", STRATEGIES)
+        self._int("grad_accum", 1, MAX_GRAD_ACCUM)
+        self._choice("compression", COMPRESSIONS)
+        self._int("powersgd_rank", 1, 4)
+        self._int("warmup_steps", 0, MAX_STEPS)
+        self._int("window_steps", 1, MAX_STEPS)
+        self._float("max_grad_norm", positive=True, optional=True)
+        self._bool("count_flops")
+        self._int("flush_every", 1, MAX_STEPS)
+        if self.strategy == "fsdp" and self.compression != "none":
+            raise self._fail("compression", f"must be none with strategy fsdp (FSDP2 has no DDP comm hook), "
+                             f"got {self.compression!r}")
+
+
+@dataclass(kw_only=True)
+class EnergyConfig(_Section):
+    """How a Session measures energy and what it costs."""
+
+    SECTION: ClassVar[str] = "energy"
+
+    enabled: bool = field(default=True, metadata=flag("--energy"))
+    """Measure energy: GPUs through NVML, CPUs through RAPL, else a model labelled estimated."""
+    sample_interval_s: float | None = field(default=0.1, metadata=flag("--power-sample-interval"))
+    """Seconds between samples of the background power timeline (null: no timeline)."""
+    cpu_tdp_w: float | None = field(default=None, metadata=flag("--cpu-tdp"))
+    """TDP in watts of this node's CPUs, for the modelled CPU where no counter exists (default: a table)."""
+    grid_g_per_kwh: float = field(default=475.0, metadata=flag("--grid-intensity"))
+    """Carbon intensity of the electricity, g CO2e per kWh (default: the world average)."""
+    price_per_kwh: float | None = field(default=None, metadata=flag("--price-per-kwh"))
+    """Price of a kWh, for the cost figure (no cost without it)."""
+    currency: str = field(default="USD", metadata=flag("--currency"))
+    """Currency of the price."""
+
+    def __post_init__(self) -> None:
+        self._bool("enabled")
+        self._float("sample_interval_s", minimum=0.001, maximum=3600.0, optional=True)
+        self._float("cpu_tdp_w", positive=True, maximum=100_000.0, optional=True)
+        self._float("grid_g_per_kwh", minimum=0.0, maximum=10_000.0)
+        self._float("price_per_kwh", minimum=0.0, maximum=1e6, optional=True)
+        self._check_type("currency", str, False)
+
+
+@dataclass(kw_only=True)
+class KnobConfig(_Section):
+    """GPU knobs held on each rank's GPU for the run and restored at its end (or by the next dtpo start)."""
+
+    SECTION: ClassVar[str] = "knobs"
+
+    power_limit_w: float | None = field(default=None, metadata=flag("--power-limit"))
+    """GPU power limit in watts for the run."""
+    sm_clock_mhz: int | None = field(default=None, metadata=flag("--sm-clock"))
+    """Lock the GPU's SM clocks at this supported frequency (MHz) for the run."""
+    mode: str = field(default="apply", metadata=flag("--knob-mode"))
+    """apply (change the GPU; falls back to observe without permission), dry-run (log only) or observe."""
+
+    def __post_init__(self) -> None:
+        self._float("power_limit_w", positive=True, maximum=10_000.0, optional=True)
+        self._int("sm_clock_mhz", 1, 10_000, optional=True)
+        self._choice("mode", KNOB_MODES)
+
+    @property
+    def requested(self) -> bool:
+        """True when any knob is to be set."""
+        return self.power_limit_w is not None or self.sm_clock_mhz is not None
+
+
+@dataclass(kw_only=True)
+class LaunchConfig(_Section):
+    """How ``dtpo train`` starts its local workers."""
+
+    SECTION: ClassVar[str] = "launch"
+
+    workers: int = field(default=2, metadata=flag("--workers"))
+    """Local worker processes."""
+    threads_per_worker: int | None = field(default=None, metadata=flag("--threads-per-worker"))
+    """Compute threads of each worker (default: $OMP_NUM_THREADS when set, else the usable cores / workers)."""
+    backend: str | None = field(default=None, metadata=flag("--backend"))
+    """Collective backend: gloo or nccl (default: nccl on CUDA, else gloo)."""
+    run_dir: str | None = field(default=None, metadata=flag("--run-dir"))
+    """Directory of the run's record (default: runs/<run-id>)."""
+    overwrite: bool = field(default=False, metadata=flag("--overwrite"))
+    """Allow a run directory that already holds a record to be written over."""
+
+    def __post_init__(self) -> None:
+        self._int("workers", 1, MAX_WORKERS)
+        self._int("threads_per_worker", 1, 4096, optional=True)
+        if self.backend is not None:
+            self._choice("backend", BACKENDS)
+        self._check_type("run_dir", str, True)
+        if self.run_dir is not None and not self.run_dir.strip():
+            raise self._fail("run_dir", "must name a directory, got an empty string")
+        self._bool("overwrite")
+
+
+SECTIONS: dict[str, type[_Section]] = {
+    "workload": WorkloadConfig, "session": SessionConfig, "energy": EnergyConfig, "knobs": KnobConfig,
+    "launch": LaunchConfig,
+}
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """Everything a run was asked to do: the root of the configuration tree."""
+
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    """What to train."""
+    session: SessionConfig = field(default_factory=SessionConfig)
+    """How the Session trains and measures."""
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
+    """Energy measurement and its price."""
+    knobs: KnobConfig = field(default_factory=KnobConfig)
+    """GPU knobs held for the run."""
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    """Local workers and where the record goes."""
+
+    def __post_init__(self) -> None:
+        for name, cls in SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict, with the schema version."""
+        return {"schema": CONFIG_SCHEMA, **{name: getattr(self, name).to_dict() for name in SECTIONS}}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Build (and validate) a tree from nested dicts; unknown sections or fields are errors."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a run configuration must be a mapping, got {type(data).__name__}")
+        data = dict(data)
+        schema = data.pop("schema", CONFIG_SCHEMA)
+        if schema != CONFIG_SCHEMA:
+            raise ConfigError(f"unsupported configuration schema {schema!r} (this dtpo reads {CONFIG_SCHEMA})")
+        unknown = sorted(set(data) - set(SECTIONS))
+        if unknown:
+            raise ConfigError(f"unknown configuration section(s): {', '.join(unknown)} "
+                              f"(known: {', '.join(SECTIONS)})")
+        sections = {}
+        for name, section_cls in SECTIONS.items():
+            values = data.get(name, {})
+            if not isinstance(values, dict):
+                raise ConfigError(f"{name} must be a mapping of settings, got {values!r}")
+            known = {f.name for f in dataclasses.fields(section_cls)}
+            extra = sorted(set(values) - known)
+            if extra:
+                raise ConfigError(f"unknown setting(s) in {name}: {', '.join(extra)} "
+                                  f"(known: {', '.join(sorted(known))})")
+            sections[name] = section_cls(**values)
+        return cls(**sections)
+
+    def replace(self, **sections: dict[str, Any]) -> RunConfig:
+        """A copy with some fields changed, e.g. ``replace(launch={"workers": 4})`` (validated again)."""
+        data = self.to_dict()
+        for name, values in sections.items():
+            if name not in SECTIONS:
+                raise ConfigError(f"unknown configuration section {name!r}")
+            data[name].update(values)
+        return RunConfig.from_dict(data)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the tree as JSON (atomically, with the umask's permissions)."""
+        from dtpo.core.record import write_json_atomic
+
+        out = Path(path)
+        write_json_atomic(out, self.to_dict())
+        return out
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RunConfig:
+        """Read a tree from a JSON or TOML file, or from a run directory's ``config.json``."""
+        source = Path(path)
+        if source.is_dir():
+            source = source / CONFIG_FILE
+        try:
+            text = source.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"no configuration file at {source}") from None
+        except OSError as exc:
+            raise ConfigError(f"cannot read configuration {source}: {exc.strerror or exc}") from None
+        try:
+            if source.suffix.lower() == ".toml":
+                data = tomllib.loads(text)
+            else:
+                data = json.loads(text)
+        except (json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"configuration {source} is not valid {source.suffix.lstrip('.') or 'JSON'}: "
+                              f"{str(exc).splitlines()[0]}") from None
+        return cls.from_dict(data)
+
+
+@dataclass(frozen=True)
+class ConfigField:
+    """One leaf of the tree as the CLI sees it.
+
+    Attributes:
+        section: The section's name (``"session"``).
+        name: The field's name (``"grad_accum"``).
+        flag: The command-line flag (``"--grad-accum"``), or ``None`` for fields that are not flags.
+        short: A one-letter alias, if any.
+        type: The field's type with ``None`` removed (``int``, ``float``, ``str``, ``bool``).
+        optional: Whether ``None`` is allowed.
+        default: The default value.
+        help: The documentation under the field.
+    """
+
+    section: str
+    name: str
+    flag: str | None
+    short: str | None
+    type: type
+    optional: bool
+    default: Any
+    help: str
+
+    @property
+    def path(self) -> str:
+        """``section.name``."""
+        return f"{self.section}.{self.name}"
+
+
+def config_fields() -> list[ConfigField]:
+    """Every leaf of the tree, in declaration order."""
+    out = []
+    for section, cls in SECTIONS.items():
+        hints = typing.get_type_hints(cls)
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            args = [a for a in typing.get_args(hint) if a is not type(None)]
+            optional = bool(typing.get_args(hint)) and type(None) in typing.get_args(hint)
+            kind = args[0] if optional else hint
+            default = f.default if f.default is not dataclasses.MISSING else None
+            out.append(ConfigField(section, f.name, f.metadata.get("flag"), f.metadata.get("short"), kind,
+                                   optional, default, docs.get(f.name, "")))
+    return out

@@ -1,0 +1,178 @@
+"""Callbacks see every step and window in order; settings switched between steps apply from the next step."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dtpo
+from dtpo.core.callbacks import Callback, Window
+from dtpo.core.record import RunRecord, rank_record_path
+from dtpo.session.divergence import DivergedError
+
+
+class Recorder(Callback):
+    """Writes down every hook call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+        self.windows: list[Window] = []
+
+    def on_train_start(self, session: Any) -> None:
+        self.calls.append(("train_start", None))
+
+    def on_step_begin(self, session: Any, step: int) -> None:
+        self.calls.append(("step_begin", step))
+
+    def on_step_end(self, session: Any, step_record: Any) -> None:
+        self.calls.append(("step_end", step_record.step))
+
+    def on_window_end(self, session: Any, window: Window) -> None:
+        self.calls.append(("window_end", (window.first_step, window.last_step)))
+        self.windows.append(window)
+
+    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+        self.calls.append(("rank_end", len(rank_record.steps)))
+
+    def on_train_end(self, session: Any, record: Any) -> None:
+        self.calls.append(("train_end", record.status if record else None))
+
+
+def _data(batch: int = 8):
+    while True:
+        yield torch.randn(batch, 6), torch.randint(0, 3, (batch,))
+
+
+def _session(tmp_path: Path, **kwargs: Any) -> dtpo.Session:
+    kwargs.setdefault("energy", False)
+    return dtpo.Session(progress=False, summary=False, run_dir=tmp_path, count_flops=False, **kwargs)
+
+
+def test_a_callback_sees_every_step_and_window_in_order(tmp_path: Path) -> None:
+    recorder = Recorder()
+    session = _session(tmp_path, warmup_steps=2, window_steps=3, callbacks=[recorder])
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in session.batches(_data(), steps=10):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+    session.finish()
+    expected: list[tuple[str, Any]] = [("train_start", None)]
+    for step in range(10):
+        expected += [("step_begin", step), ("step_end", step)]
+        if step in (4, 7):
+            expected.append(("window_end", (step - 2, step)))
+    expected += [("window_end", (8, 9)), ("rank_end", 10), ("train_end", "completed")]
+    assert recorder.calls == expected
+    assert [w.index for w in recorder.windows] == [0, 1, 2]
+    assert all(w.samples == 8 * w.steps and w.time_s > 0 for w in recorder.windows)
+    assert recorder.windows[0].settings == {"precision": "32-true", "grad_accum": 1, "compression": "none"}
+    assert recorder.windows[0].energy_j == {} and recorder.windows[0].joules_per_sample is None
+
+
+def test_windows_carry_energy_when_it_is_measured(tmp_path: Path) -> None:
+    recorder = Recorder()
+    session = _session(tmp_path, warmup_steps=1, window_steps=2, callbacks=[recorder],
+                       energy=dtpo.EnergyConfig(sample_interval_s=None, cpu_tdp_w=20.0))
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in session.batches(_data(), steps=5):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+    record = session.finish()
+    assert [(w.first_step, w.last_step) for w in recorder.windows] == [(1, 2), (3, 4)]
+    assert all(w.total_j is not None and w.total_j > 0 and w.estimated for w in recorder.windows)
+    run = record.ranks[0].energy["run"]
+    assert sum(w.total_j for w in recorder.windows) == pytest.approx(run["total_j"])
+
+
+class SwitchAt(Callback):
+    """Changes settings when a given step ends, and records how each later forward ran."""
+
+    def __init__(self, at: int, **settings: Any) -> None:
+        self.at = at
+        self.settings = settings
+
+    def on_step_end(self, session: Any, step_record: Any) -> None:
+        if step_record.step == self.at:
+            if "precision" in self.settings:
+                session.set_precision(self.settings["precision"])
+            if "grad_accum" in self.settings:
+                session.set_grad_accum(self.settings["grad_accum"])
+
+
+class Probe(nn.Module):
+    """A linear layer that remembers whether autocast was on and the dtype its matmul produced."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(6, 3)
+        self.seen: list[torch.dtype] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.linear(x)
+        self.seen.append(out.dtype)
+        return out
+
+
+def test_precision_and_accumulation_switched_between_steps_apply_from_the_next_step(tmp_path: Path) -> None:
+    session = _session(tmp_path, warmup_steps=0, callbacks=[SwitchAt(2, precision="bf16-mixed", grad_accum=2)])
+    probe = Probe()
+    model = session.wrap(probe)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in session.batches(_data(), steps=5):
+        out = model(x)
+        assert out.dtype == torch.float32  # outputs come back in float32 for the loss
+        session.backward(F.cross_entropy(out, y))
+        session.step(opt)
+    record = session.finish()
+    steps = record.ranks[0].steps
+    assert [s.samples for s in steps] == [8, 8, 8, 16, 16]  # two micro-batches per step from step 3
+    assert probe.seen[:3] == [torch.float32] * 3
+    assert probe.seen[3:] == [torch.bfloat16] * 4
+    assert session.switches["precision"].value == "bf16-mixed" and session.switches["precision"].changes_numerics
+    assert session.switches["grad_accum"].value == 2
+    assert session.switch_log == [{"step": 3, "setting": "precision", "value": "bf16-mixed"},
+                                  {"step": 3, "setting": "grad_accum", "value": 2}]
+
+
+def test_switching_inside_an_accumulation_window_is_refused(tmp_path: Path) -> None:
+    session = _session(tmp_path, grad_accum=2)
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="only between optimizer steps"):
+        for x, y in session.batches(_data(), steps=2):
+            session.backward(F.cross_entropy(model(x), y))
+            session.step(opt)
+            session.set_precision("bf16-mixed")  # after the first micro-step of two
+    session.finish()
+
+
+def test_compression_needs_ddp_with_several_processes(tmp_path: Path) -> None:
+    session = _session(tmp_path)
+    session.wrap(nn.Linear(6, 3))
+    session.set_compression("none")
+    with pytest.raises(dtpo.core.errors.ConfigError, match="needs DDP with more than one process"):
+        session.set_compression("fp16")
+    session.finish()
+
+
+def test_a_loss_that_is_not_a_number_stops_the_run_as_diverged(tmp_path: Path) -> None:
+    session = _session(tmp_path, warmup_steps=0)
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(DivergedError, match="loss became nan at step 3 on rank 0"), session:
+        for step, (x, y) in enumerate(session.batches(_data(), steps=10)):
+            loss = F.cross_entropy(model(x), y)
+            session.backward(loss * math.nan if step == 3 else loss)
+            session.step(opt)
+    partial = RunRecord.load(rank_record_path(tmp_path, 0))
+    assert partial.status == "diverged"
+    assert "loss became nan at step 3" in partial.error
+    assert len(partial.ranks[0].steps) == 4

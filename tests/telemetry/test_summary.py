@@ -1,0 +1,78 @@
+"""The summary and the scaling table: typed records in, nothing cut when written to a pipe."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from dtpo.core.measurement import Measurement
+from dtpo.core.record import EnergyTotals, RankRecord, RunRecord, StepRecord
+from dtpo.core.totals import finalize
+from dtpo.telemetry.scaling import bench_table, scaling_rows
+from dtpo.telemetry.summary import PIPE_WIDTH, make_console, print_summary
+
+
+def record(workers: int = 2, step_s: float = 0.1, threads: int | None = 1, node: str = "n") -> RunRecord:
+    ranks = []
+    for r in range(workers):
+        steps = [StepRecord(step=i, warmup=i < 1, samples=32, step_s=step_s, data_wait_s=0.01, compute_s=0.07,
+                            tail_s=0.01, optimizer_s=0.01) for i in range(4)]
+        ranks.append(RankRecord(r, r, node, "cpu", flops_per_step=1e8, steps=steps,
+                                peak_flops=Measurement(1e10, "FLOP/s", "measured", "float32 mm 256x256")))
+    env = {"torch_threads": threads} if threads is not None else {}
+    run = RunRecord(f"run-{workers}", "completed", "t", environment=env, ranks=ranks)
+    return finalize(run)
+
+
+def render(run: RunRecord, console: Console | None = None) -> str:
+    out = io.StringIO()
+    print_summary(run, console or Console(file=out, width=PIPE_WIDTH, soft_wrap=True))
+    return out.getvalue()
+
+
+def test_a_console_in_a_pipe_cuts_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    console = make_console()  # stdout is captured: not a terminal
+    assert console.width >= PIPE_WIDTH
+    long_node = "node-with-a-very-long-host-name." * 6  # wider than 120 columns by itself
+    run = record(node=long_node)
+    run.energy = EnergyTotals(Measurement(175_432.25, "J", "estimated", "from modelled 175432.2 J"),
+                              Measurement(99.5, "W", "estimated"), Measurement(0.5, "J/sample", "estimated"),
+                              Measurement(0.0487, "kWh", "estimated"),
+                              Measurement(23.1, "g CO2e", "estimated", "grid intensity 475 g CO2e/kWh"),
+                              by_source_j={"modelled": 175_432.25}, time_s=1763.0)
+    print_summary(run, console)
+    text = capsys.readouterr().out
+    assert "…" not in text
+    assert long_node in text and "175,432 J (estimated)  [modelled 100%]" in text
+    assert "grid intensity 475 g CO2e/kWh" in text
+    assert max(len(line) for line in text.splitlines()) > 120
+
+
+def test_threads_per_worker_is_shown_when_recorded() -> None:
+    assert "threads per worker" in render(record(threads=1))
+    assert "threads per worker" not in render(record(threads=None))
+
+
+def test_an_unknown_mfu_says_why_and_energy_says_not_measured() -> None:
+    run = record()
+    for rank in run.ranks:
+        rank.flops_per_step = 1e10  # 100 GFLOP/s on a 10 GFLOP/s peak
+    finalize(run)
+    text = render(run)
+    assert "MFU unknown: rank 0 came out at" in text and "energy" in text and "not measured" in text
+
+
+def test_scaling_rows_and_table_from_typed_records() -> None:
+    records = {1: record(1, step_s=0.1), 2: record(2, step_s=0.125)}
+    rows = scaling_rows(records)
+    assert [row["workers"] for row in rows] == [1, 2]
+    assert rows[0]["scaling_efficiency"]["value"] == pytest.approx(1.0)
+    assert rows[1]["scaling_efficiency"]["value"] == pytest.approx(0.8)  # 2x the samples in 1.25x the time
+    assert rows[1]["throughput"] == records[2].totals["throughput"].to_dict()
+    assert rows[1]["energy_per_sample_j"] is None
+    out = io.StringIO()
+    Console(file=out, width=PIPE_WIDTH).print(bench_table(rows, "bench"))
+    text = out.getvalue()
+    assert "80.0" in text and "n/a" in text and "…" not in text
