@@ -103,13 +103,20 @@ def dtpo_step(width: int, rank: int, session: dtpo.Session) -> Callable[[], None
     return step
 
 
+def _energy(args: argparse.Namespace) -> bool | dtpo.EnergyConfig:
+    """The Session's energy setting: off, or on with the power timeline sampled every ``--sample-interval``."""
+    if not args.energy:
+        return False
+    return dtpo.EnergyConfig(sample_interval_s=args.sample_interval if args.sample_interval > 0 else None)
+
+
 def bookkeeping(rank: int, args: argparse.Namespace, out: str) -> None:
     """One process, a tiny model: CPU time per step of a Session loop minus that of a plain loop."""
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         os.environ.pop(name, None)
     torch.set_num_threads(1)
     session = dtpo.Session(progress=False, summary=False, run_dir=Path(out) / "single", flush_every=10**9,
-                           energy=args.energy, count_flops=False)
+                           energy=_energy(args), count_flops=False)
     torch.manual_seed(0)
     model = session.wrap(nn.Linear(8, 4))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -150,7 +157,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     session = dtpo.Session(progress=False, summary=False, run_dir=Path(out) / "run", flush_every=10**9,
-                           energy=args.energy, compression=args.compression)
+                           energy=_energy(args), compression=args.compression)
     steps = {"plain": plain_step(args.width, rank), "plain-aa": plain_step(args.width, rank),
              "dtpo": dtpo_step(args.width, rank, session)}
     order = random.Random(1234)  # the same sequence of orders on both ranks
@@ -203,6 +210,8 @@ def main() -> int:
     parser.add_argument("--no-energy", dest="energy", action="store_false",
                         help="measure the Session without energy measurement (to attribute an overhead)")
     parser.add_argument("--compression", default="none", help="the Session's gradient compression")
+    parser.add_argument("--sample-interval", type=float, default=0.1,
+                        help="seconds between power-timeline samples (0: no sampler thread), to attribute a cost")
     parser.add_argument("--bookkeeping-only", action="store_true",
                         help="only measure the Session's per-step bookkeeping in one process")
     args = parser.parse_args()

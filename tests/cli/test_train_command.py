@@ -161,3 +161,21 @@ def test_an_interrupt_ends_in_one_line_and_a_merged_interrupted_record(tmp_path:
     record = RunRecord.load(run_dir)
     assert record.status == "interrupted"
     assert len(record.ranks) == 2 and all(r.steps for r in record.ranks)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["train"], False),
+    (["train", "--power-limit", "250"], True),
+    (["train", "--power-limit=250"], True),
+    (["train", "--sm-clock", "1410", "--dry-run"], False),
+    (["train", "--power-limit", "250", "--knob-mode", "observe"], False),
+    (["bench", "--config", "x.json"], True),
+    (["simulate", "--list"], False),
+    (["simulate", "--sweep", "power-limit"], True),
+    (["monitor"], False),
+    (["launch", "x.py"], False),
+])
+def test_only_commands_that_change_knobs_need_a_readable_journal(argv: list[str], expected: bool) -> None:
+    from dtpo.cli.app import changes_knobs
+
+    assert changes_knobs(argv[0], argv) is expected

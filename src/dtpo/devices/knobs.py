@@ -14,23 +14,25 @@ start restore them (:func:`dtpo.devices.journal.restore_pending`).
 
 from __future__ import annotations
 
+import logging
 import signal
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Literal
 
+from dtpo.core.config import KNOB_MODES
 from dtpo.core.errors import ConfigError
 from dtpo.devices.base import Device, KnobError, KnobLimits
 from dtpo.devices.journal import KnobJournal, apply_state
 
 KnobMode = Literal["apply", "dry-run", "observe"]
-KNOB_MODES: tuple[str, ...] = ("apply", "dry-run", "observe")
+
+logger = logging.getLogger(__name__)
 
 
 def log_to_stderr(line: str) -> None:
-    """The default log of knob actions: one prefixed line on stderr."""
-    print(f"dtpo knobs: {line}", file=sys.stderr, flush=True)
+    """The default log of knob actions: one ``knobs:`` line through dtpo's rank-aware log."""
+    logger.info("knobs: %s", line)
 
 
 class KnobController:

@@ -33,8 +33,8 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.elastic.rendezvous.api import RendezvousError, rendezvous_handler_registry
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
+from dtpo.core.config import BACKENDS
 from dtpo.core.errors import LaunchError, first_line
-from dtpo.dist.process_group import BACKENDS
 from dtpo.dist.run_dir import LAUNCHER_LOG, is_empty_run, is_writable_dir, prepare_run_dir, remove_empty_run
 
 log = logging.getLogger(__name__)

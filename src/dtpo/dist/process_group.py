@@ -10,9 +10,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from dtpo.core.config import BACKENDS
 from dtpo.core.errors import ConfigError
 
-BACKENDS = ("gloo", "nccl")
 
 
 def default_backend(device: torch.device) -> str:

@@ -7,13 +7,13 @@ from typing import Literal
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from dtpo.core.config import STRATEGIES
 from dtpo.core.errors import ConfigError
 from dtpo.dist.comm_timing import GradientComm, TimedCommHook
 from dtpo.dist.compression import check_compression
 from dtpo.dist.process_group import DistContext
 
 Strategy = Literal["ddp", "fsdp"]
-STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
 
 
 def wrap_model(module: nn.Module, ctx: DistContext, strategy: Strategy,

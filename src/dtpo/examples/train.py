@@ -23,7 +23,7 @@ from dtpo.core.logs import configure_logging
 from dtpo.examples import get_workload
 from dtpo.session.lifecycle import Interrupted
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("dtpo.examples.train")  # also when run as __main__
 
 
 def load_config(argv: list[str]) -> RunConfig:
@@ -68,10 +68,28 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(128 + exc.signum)
     except KeyboardInterrupt:
         sys.exit(130)
-    except torch.OutOfMemoryError as exc:
-        log.error("out of memory: the batch does not fit on this device (%s); lower --batch-size",
-                  str(exc).splitlines()[0] if str(exc) else "allocation failed")
+    except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        log.error("out of memory: a micro-batch of %s samples does not fit on this device; lower --batch-size",
+                  config_batch_size())
         sys.exit(1)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether an exception says an allocation failed (CUDA's OutOfMemoryError, the CPU allocator's error)."""
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return True
+    return "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower()
+
+
+def config_batch_size() -> str:
+    """The configured micro-batch size, for the out-of-memory line."""
+    try:
+        config = load_config(sys.argv[1:])
+        return str(config.workload.batch_size or get_workload(config.workload.name).default_batch_size)
+    except Exception:
+        return "the configured number of"
 
 
 if __name__ == "__main__":

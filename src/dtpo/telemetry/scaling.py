@@ -68,11 +68,13 @@ def _number(m: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> st
 def bench_table(rows: list[dict[str, Any]], title: str) -> Table:
     """The scaling table (units in the headers; * marks an estimated figure)."""
     table = Table(title=title, title_justify="left", caption="* estimated (no hardware energy counter)")
-    for name in ("workers", "samples/s", "scaling eff. %", "step ms", "comm %", "sync wait ms", "data wait %",
-                 "MFU %", "mJ/sample"):
+    for name in ("workers", "threads", "samples/s", "scaling eff. %", "step ms", "comm %", "sync wait ms",
+                 "data wait %", "MFU %", "mJ/sample"):
         table.add_column(name, justify="right", no_wrap=True)
     for row in rows:
-        table.add_row(str(row["workers"]), _number(row["throughput"]), _number(row["scaling_efficiency"], 100),
+        threads = row.get("threads_per_worker")
+        table.add_row(str(row["workers"]), "?" if threads is None else str(threads), _number(row["throughput"]),
+                      _number(row["scaling_efficiency"], 100),
                       _number(row["step_time_s"], 1e3, 2), _number(row["comm_overhead"], 100),
                       _number(row["sync_latency_s"], 1e3, 2), _number(row["data_wait_fraction"], 100),
                       _number(row["mfu"], 100), _number(row["energy_per_sample_j"], 1e3, 3))

@@ -1,0 +1,49 @@
+"""The run lifecycle: a run directory that becomes unwritable costs warnings, not the run or its record."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import dtpo
+from dtpo.core.callbacks import Callback
+from dtpo.core.record import RECORD_FILE, RunRecord
+
+
+class BreakRunDir(Callback):
+    """After a given step, the run directory is replaced by a file: nothing can be written there anymore."""
+
+    def __init__(self, at: int) -> None:
+        self.at = at
+
+    def on_step_end(self, session: Any, step_record: Any) -> None:
+        if step_record.step == self.at:
+            shutil.rmtree(session.run_dir)
+            session.run_dir.write_text("not a directory any more")
+
+
+def test_an_unwritable_run_dir_mid_run_keeps_training_and_the_record(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    session = dtpo.Session(warmup_steps=1, window_steps=2, flush_every=2, energy=False, progress=False,
+                           summary=False, count_flops=False, run_dir=run_dir, callbacks=[BreakRunDir(2)])
+    model = session.wrap(nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = ((torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(10**6))
+    for x, y in session.batches(data, steps=10):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+    record = session.finish()
+    assert record is not None and record.status == "completed" and len(record.ranks[0].steps) == 10
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dtpo: warning:")]
+    assert sum("cannot write the partial record" in w for w in warnings) == 1  # said once, not every flush
+    [moved] = [w for w in warnings if "the record went to" in w]
+    saved = Path(moved.rsplit("the record went to ", 1)[1])
+    assert saved.name == RECORD_FILE and RunRecord.load(saved).status == "completed"
+    shutil.rmtree(saved.parent)
