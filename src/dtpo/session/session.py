@@ -58,6 +58,9 @@ from dtpo.telemetry.summary import print_summary
 log = logging.getLogger(__name__)
 
 
+_HOOKS = ("on_train_start", "on_step_begin", "on_step_end", "on_window_end", "on_rank_end", "on_train_end")
+
+
 @dataclass(frozen=True)
 class Switch:
     """A setting the Session can change between optimizer steps.
@@ -166,6 +169,9 @@ class Session:
         self.energy: EnergyCallback | None = None
         self.callbacks: list[Callback] = self._builtin_callbacks(run_config, progress) + list(callbacks)
         self.callbacks.append(FlushCallback(cfg.flush_every, cfg.warmup_steps))
+        self._listeners: dict[str, list[Any]] = {}
+        self._listeners_of: list[Callback] | None = None
+        self._listened = 0
 
     @classmethod
     def from_config(cls, config: RunConfig, *, callbacks: Sequence[Callback] = (), **kwargs: Any) -> Session:
@@ -429,8 +435,16 @@ class Session:
         return out
 
     def _dispatch(self, hook: str, *args: Any) -> None:
-        for callback in self.callbacks:
-            getattr(callback, hook)(self, *args)
+        """Call ``hook`` on the callbacks that implement it, in list order."""
+        listeners = self._listeners.get(hook)
+        if listeners is None or self._listeners_of is not self.callbacks or len(self.callbacks) != self._listened:
+            self._listeners = {name: [getattr(cb, name) for cb in self.callbacks
+                                      if getattr(type(cb), name, None) is not getattr(Callback, name)]
+                               for name in _HOOKS}
+            self._listeners_of, self._listened = self.callbacks, len(self.callbacks)
+            listeners = self._listeners[hook]
+        for method in listeners:
+            method(self, *args)
 
     def _check_between_steps(self, what: str) -> None:
         if self._micro != 0 or self.timer.batch_ready is not None or self.timer.backward_done:
@@ -503,6 +517,9 @@ def _to_device(batch: Any, device: torch.device) -> Any:
 
 def _count_samples(batch: Any) -> int:
     """The leading dimension of the first tensor in a batch."""
+    first = batch[0] if isinstance(batch, tuple | list) and batch else batch
+    if isinstance(first, torch.Tensor) and first.dim() > 0:  # the common (inputs, targets) case, without pytree
+        return int(first.shape[0])
     for leaf in tree_leaves(batch):
         if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
             return int(leaf.shape[0])

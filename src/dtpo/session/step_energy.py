@@ -66,7 +66,8 @@ class EnergyCallback(Callback):
         window.sources = dict(measured.sources)
         window.estimated = measured.estimated
         self.windows.append({"first_step": window.first_step, "last_step": window.last_step, **measured.to_dict()})
-        session.rank_record.energy = self.section()  # partial records written from now on carry the windows
+        if session.rank_record.energy is None:  # partial records written from now on carry the windows
+            session.rank_record.energy = self.section(live=True)
 
     def on_rank_end(self, session: Any, rank_record: RankRecord) -> None:
         """Close the run window where the last window ended, stop the sampler, keep this rank's energy section
@@ -93,15 +94,20 @@ class EnergyCallback(Callback):
             self._open = False
         self.monitor.close()
 
-    def section(self) -> dict[str, Any]:
-        """This rank's energy as recorded: devices, notes, windows, the run window, lost devices."""
+    def section(self, live: bool = False) -> dict[str, Any]:
+        """This rank's energy as recorded: devices, notes, windows, the run window, lost devices.
+
+        Args:
+            live: Share the window list and lost-device map instead of copying them, so the section grows
+                with the run at no cost (what partial records carry while training goes on).
+        """
         return {
             "devices": [asdict(d.info) for d in self.discovery.devices],
             "notes": list(self.discovery.notes),
             "estimated": self.discovery.estimated,
-            "windows": list(self.windows),
+            "windows": self.windows if live else list(self.windows),
             "run": self._run.to_dict() if self._run else None,
-            "lost": dict(self.monitor.lost),
+            "lost": self.monitor.lost if live else dict(self.monitor.lost),
         }
 
     def timeline_rows(self) -> list[dict[str, float]]:
