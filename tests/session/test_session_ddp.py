@@ -107,3 +107,36 @@ def test_every_precision_lowers_the_loss(tmp_path: Path, strategy: str) -> None:
     for precision, r in results.items():
         assert r["ranks"] == 2 and r["steps"] == 40, precision
         assert r["last"] < 0.7 * r["first"], (precision, r)
+
+
+class _Compress(dtpo.Callback):
+    """Switches gradient compression to fp16 when step 1 ends; keeps each later step's first-layer grad."""
+
+    def on_step_end(self, session, step_record) -> None:  # type: ignore[no-untyped-def]
+        if step_record.step == 1:
+            session.set_compression("fp16")
+
+
+def _switch_compression(rank: int, world_size: int, out: str) -> None:
+    session = dtpo.Session(warmup_steps=0, count_flops=False, progress=False, energy=False,
+                           run_dir=Path(out), callbacks=[_Compress()])
+    model = session.wrap(make_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # lr 0: every step sees the same weights
+    x, y = global_batch(world_size, 1)
+    mine = (x[rank * BATCH:(rank + 1) * BATCH], y[rank * BATCH:(rank + 1) * BATCH])
+    grads = []
+    for xb, yb in session.batches([mine] * 4, steps=4):
+        session.backward(F.cross_entropy(model(xb), yb))
+        grads.append(model.module[0].weight.grad.detach().clone())
+        session.step(opt)
+    assert session.switches["compression"].value == "fp16" and session.switches["compression"].changes_numerics
+    assert torch.equal(grads[0], grads[1])  # uncompressed, the same batch gives the same mean gradient
+    assert torch.equal(grads[2], grads[2].half().float())  # from step 2 on it travels as fp16
+    assert not torch.equal(grads[1], grads[2])
+    session.finish()
+
+
+def test_compression_switched_between_steps_applies_from_the_next_step(tmp_path: Path) -> None:
+    run_ranks(_switch_compression, 2, str(tmp_path))
+    record = dtpo.core.record.RunRecord.load(tmp_path)
+    assert record.ranks[0].switches == [{"step": 2, "setting": "compression", "value": "fp16"}]
