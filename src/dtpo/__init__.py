@@ -1,10 +1,23 @@
-"""dtpo: scale PyTorch training out, measure every worker, and optimise throughput per watt."""
+"""dtpo: scale PyTorch training out, measure every worker, and optimise throughput per watt.
+
+``dtpo.Session`` (and everything that needs PyTorch) is imported on first use, so commands that do not
+train (``dtpo --version``, ``dtpo simulate``, ``dtpo monitor``) start without loading torch.
+"""
+
+from typing import Any
 
 from dtpo.core.callbacks import Callback, Window
 from dtpo.core.config import EnergyConfig, KnobConfig, LaunchConfig, RunConfig, SessionConfig, WorkloadConfig
-from dtpo.session import Session
 
 __version__ = "0.1.0"
 
 __all__ = ["Callback", "EnergyConfig", "KnobConfig", "LaunchConfig", "RunConfig", "Session", "SessionConfig",
-           "Window", "WorkloadConfig", "__version__"]
+           "Switch", "Window", "WorkloadConfig", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Session", "Switch"):
+        from dtpo import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module 'dtpo' has no attribute {name!r}")

@@ -7,7 +7,6 @@ import logging
 import typer
 
 from dtpo.cli.runs import conclude_run, end_run
-from dtpo.dist.launch import launch, parse_launch_args
 
 log = logging.getLogger(__name__)
 
@@ -19,6 +18,8 @@ HELP = ("Run SCRIPT on many processes and machines through torch.distributed.run
 
 def launch_command(ctx: typer.Context) -> None:
     """Run SCRIPT [ARGS...] on many processes and machines through torch.distributed.run."""
+    from dtpo.dist.launch import launch, parse_launch_args  # torch: imported only when launching
+
     args = parse_launch_args(list(ctx.args))
     outcome = launch(args)
     record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None

@@ -6,14 +6,17 @@ import logging
 import re
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from dtpo.core.errors import DtpoError
 from dtpo.core.record import RECORD_FILE, RunRecord, load_partial_records, partial_attempts
 from dtpo.core.totals import attempt_summary, record_from_partials
-from dtpo.dist.launch import LaunchOutcome
 from dtpo.telemetry.summary import make_console, print_summary
+
+if TYPE_CHECKING:
+    from dtpo.dist.launch import LaunchOutcome
 
 log = logging.getLogger(__name__)
 

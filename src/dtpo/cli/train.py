@@ -12,6 +12,7 @@ import inspect
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -20,9 +21,10 @@ from dtpo.cli.runs import conclude_run, end_run
 from dtpo.core.config import CONFIG_FILE, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from dtpo.dist.launch import LaunchOutcome, launch, parse_launch_args, worker_environment
 from dtpo.dist.run_dir import prepare_run_dir
-from dtpo.examples import get_workload
+
+if TYPE_CHECKING:
+    from dtpo.dist.launch import LaunchOutcome
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ def threads_per_worker(config: RunConfig, environ: dict[str, str] | os._Environ[
 def resolve(config: RunConfig) -> RunConfig:
     """Fill in what the defaults leave open: the workload's own steps, batch size and learning rate, and the
     threads per worker; check what needs several sections at once."""
+    from dtpo.examples import get_workload  # torch: imported only by commands that train
+
     workload = get_workload(config.workload.name)
     steps = config.workload.steps or workload.default_steps
     warmup = config.session.warmup_steps
@@ -67,6 +71,8 @@ def resolve(config: RunConfig) -> RunConfig:
 
 def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
     """Train ``config`` (already resolved) on ``config.launch.workers`` local processes through ``dtpo launch``."""
+    from dtpo.dist.launch import launch, parse_launch_args, worker_environment
+
     path = config.replace(launch={"run_dir": str(run_dir)}).save(run_dir / CONFIG_FILE)
     argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir),
             "--overwrite", "-m", "dtpo.examples.train"]
