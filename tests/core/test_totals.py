@@ -109,7 +109,7 @@ def rank_with_energy(rank: int, last_step: int, tail_s: float = 0.0,
 
 def test_a_completed_run_counts_energy_and_samples_over_all_measured_steps() -> None:
     ranks = [rank_with_energy(0, 31), rank_with_energy(1, 31, devices=False)]
-    energy = energy_totals(ranks, {"window_steps": WINDOW}, completed=True)
+    energy = energy_totals(ranks, {}, completed=True, window_steps=WINDOW)
     assert energy is not None
     assert energy.energy_j.value == pytest.approx(POWER_W * 30 * 0.1)
     assert energy.average_power_w.value == pytest.approx(POWER_W)
@@ -124,7 +124,7 @@ def test_a_sigkilled_rank_does_not_inflate_energy_per_sample() -> None:
     dtpo.run/1 divided rank 0's whole energy by the samples of the one step both recorded."""
     healthy = rank_with_energy(0, WARMUP + 40, tail_s=5.0)
     killed = RankRecord(1, 1, "n", "cpu", steps=healthy.steps[:WARMUP + 1])
-    record = finalize(RunRecord("r", "failed", "t", config={"energy": {"window_steps": WINDOW}},
+    record = finalize(RunRecord("r", "failed", "t", config={"session": {"window_steps": WINDOW}},
                                 ranks=[healthy, killed]))
     assert record.totals["measured_steps"].value == 1
     assert "rank 0 recorded 41, rank 1 recorded 1" in record.totals["measured_steps"].note
@@ -144,7 +144,7 @@ def test_a_failed_run_counts_joules_and_samples_over_the_same_steps() -> None:
     figure uses the windows that ended at a step boundary (steps 2-41), not the hang."""
     healthy = rank_with_energy(0, WARMUP + 40, tail_s=5.0)
     dying = rank_with_energy(1, WARMUP + 40, tail_s=0.0, devices=False)
-    record = finalize(RunRecord("r", "failed", "t", config={"energy": {"window_steps": WINDOW}},
+    record = finalize(RunRecord("r", "failed", "t", config={"session": {"window_steps": WINDOW}},
                                 ranks=[healthy, dying]))
     per_sample = record.energy.energy_per_sample_j  # type: ignore[union-attr]
     steps = 40  # steps 2-41, four full windows; step 42's window was closed by the failure

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import logging
 import re
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from dtpo.core.errors import DtpoError
+from dtpo.core.errors import DtpoError, signal_name
 from dtpo.core.record import RECORD_FILE, RunRecord, load_partial_records, partial_attempts
 from dtpo.core.totals import attempt_summary, record_from_partials
 from dtpo.telemetry.summary import make_console, print_summary
@@ -64,7 +63,7 @@ def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: 
         error = diverged[0] if diverged else first_real_error(errors, outcome.message)
         if status == "interrupted":
             error = outcome.message or "interrupted"
-        record = record_from_partials(outcome.run_dir, status, error)
+        record = record_from_partials(outcome.run_dir, status, error, partials)
         if record is not None:
             record.save(outcome.run_dir)
     if record is not None and outcome.restarts:
@@ -114,7 +113,7 @@ def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None
     else:
         where = "nothing was recorded"
     if outcome.signal is not None:
-        raise RunEnded(f"interrupted by {_signal_name(outcome.signal)}; {where}", 128 + outcome.signal)
+        raise RunEnded(f"interrupted by {signal_name(outcome.signal)}; {where}", 128 + outcome.signal)
     if record is not None and record.status == "diverged":
         raise RunEnded(f"run diverged: {record.error or 'the loss is not finite'}; {where}", 1)
     if outcome.failed:
@@ -123,10 +122,3 @@ def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None
         if script is None:
             raise RunEnded(f"the workers finished but recorded nothing; {where}", 1)
         log.warning("the workers finished, but nothing was recorded: %s does not use dtpo.Session", script)
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"

@@ -55,18 +55,15 @@ def threads_per_worker(config: RunConfig, environ: dict[str, str] | os._Environ[
 def resolve(config: RunConfig) -> RunConfig:
     """Fill in what the defaults leave open: the workload's own steps, batch size and learning rate, and the
     threads per worker; check what needs several sections at once."""
-    from dtpo.examples import get_workload  # torch: imported only by commands that train
+    from dtpo.examples import with_workload_defaults  # torch: imported only by commands that train
 
-    workload = get_workload(config.workload.name)
-    steps = config.workload.steps or workload.default_steps
-    warmup = config.session.warmup_steps
+    resolved = with_workload_defaults(config)
+    steps, warmup = resolved.workload.steps, resolved.session.warmup_steps
+    assert steps is not None
     if steps <= warmup:
         raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
                           f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
-    return config.replace(
-        workload={"steps": steps, "batch_size": config.workload.batch_size or workload.default_batch_size,
-                  "lr": config.workload.lr if config.workload.lr is not None else workload.default_lr},
-        launch={"threads_per_worker": threads_per_worker(config)})
+    return resolved.replace(launch={"threads_per_worker": threads_per_worker(config)})
 
 
 def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
@@ -75,7 +72,7 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
 
     path = config.replace(launch={"run_dir": str(run_dir)}).save(run_dir / CONFIG_FILE)
     argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir),
-            "--overwrite", "-m", "dtpo.examples.train"]
+            "-m", "dtpo.examples.train"]
     if config.launch.backend:
         argv[-2:-2] = ["--backend", config.launch.backend]
     threads = str(config.launch.threads_per_worker or threads_per_worker(config))

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dtpo.core.errors import ConfigError
+from dtpo.core.record import write_json_atomic
 
 CONFIG_SCHEMA = "dtpo.config/1"
 CONFIG_FILE = "config.json"
@@ -350,8 +351,6 @@ class RunConfig:
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the tree as JSON (atomically, with the umask's permissions)."""
-        from dtpo.core.record import write_json_atomic
-
         out = Path(path)
         write_json_atomic(out, self.to_dict())
         return out

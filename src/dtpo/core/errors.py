@@ -6,6 +6,8 @@ Errors in dtpo's own code are ordinary exceptions and keep their traceback.
 
 from __future__ import annotations
 
+import signal
+
 
 class DtpoError(Exception):
     """A problem the user can fix: bad input, missing file, unreachable peer.
@@ -28,3 +30,11 @@ class LaunchError(DtpoError):
 def first_line(text: str) -> str:
     """The first non-blank line of ``text``, stripped (empty if there is none): errors are shown in one line."""
     return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+
+
+def signal_name(signum: int) -> str:
+    """``SIGINT`` for 2, and so on; ``signal N`` for a number that names no signal."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -106,7 +106,8 @@ def compute_totals(ranks: list[RankRecord]) -> dict[str, Measurement]:
     return totals
 
 
-def energy_totals(ranks: list[RankRecord], settings: dict[str, Any], completed: bool = True) -> EnergyTotals | None:
+def energy_totals(ranks: list[RankRecord], settings: dict[str, Any], completed: bool = True,
+                  window_steps: int | None = None) -> EnergyTotals | None:
     """Run-level energy: what every rank measured, with power, per-sample, kWh, emissions and cost.
 
     ``energy_j`` and ``average_power_w`` sum every rank's run window (each over the time that rank
@@ -117,9 +118,9 @@ def energy_totals(ranks: list[RankRecord], settings: dict[str, Any], completed: 
 
     Args:
         ranks: Rank records; those with an ``energy`` section count.
-        settings: The run's energy settings (``grid_g_per_kwh``, ``price_per_kwh``, ``currency``,
-            ``window_steps``).
+        settings: The run's energy settings (``grid_g_per_kwh``, ``price_per_kwh``, ``currency``).
         completed: Whether the run completed (every rank closed its last window right after its last step).
+        window_steps: Steps per window (the session's setting; default: the longest window recorded).
 
     Returns:
         ``None`` when no rank measured energy.
@@ -154,7 +155,7 @@ def energy_totals(ranks: list[RankRecord], settings: dict[str, Any], completed: 
     return EnergyTotals(
         energy_j=Measurement(total_j, "J", source, note),
         average_power_w=Measurement(total_j / time_s if time_s > 0 else None, "W", source),
-        energy_per_sample_j=_energy_per_sample(ranks, measured, settings.get("window_steps"), completed, source),
+        energy_per_sample_j=_energy_per_sample(ranks, measured, window_steps, completed, source),
         kwh=Measurement(kwh, "kWh", source),
         co2_g=Measurement(kwh * grid, "g CO2e", "estimated", f"grid intensity {grid:g} g CO2e/kWh"),
         cost=(Measurement(kwh * price, settings.get("currency", "USD"), source, f"{price:g} per kWh")
@@ -196,7 +197,8 @@ def finalize(record: RunRecord) -> RunRecord:
     split_tail(record.ranks)
     record.totals = compute_totals(record.ranks)
     record.energy = energy_totals(record.ranks, record.config.get("energy", {}),
-                                  completed=record.status == "completed")
+                                  completed=record.status == "completed",
+                                  window_steps=record.config.get("session", {}).get("window_steps"))
     return record
 
 
@@ -226,13 +228,21 @@ def _mfu(ranks: list[RankRecord], per_rank: list[list[StepRecord]], walls: list[
     return Measurement(statistics.fmean(values), "fraction", "derived", "; ".join(sorted(s for s in sources if s)))
 
 
-def record_from_partials(run_dir: str | os.PathLike[str], status: str, error: str | None) -> RunRecord | None:
+def record_from_partials(run_dir: str | os.PathLike[str], status: str, error: str | None,
+                         partials: list[RunRecord] | None = None) -> RunRecord | None:
     """Assemble a run record from the partial records the ranks of this node left behind.
 
     Used when a run did not end with rank 0 writing ``record.json`` (a worker crashed or was killed), so
     that what was measured is not lost.
+
+    Args:
+        run_dir: The run directory.
+        status: The run's status.
+        error: The run's error, if known (else the first rank's).
+        partials: The latest attempt's partial records, when the caller already read them.
     """
-    partials = load_partial_records(run_dir)
+    if partials is None:
+        partials = load_partial_records(run_dir)
     if not partials:
         return None
     mark_silent_ranks(partials)

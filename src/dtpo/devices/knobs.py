@@ -30,7 +30,7 @@ KnobMode = Literal["apply", "dry-run", "observe"]
 logger = logging.getLogger(__name__)
 
 
-def log_to_stderr(line: str) -> None:
+def log_knob_action(line: str) -> None:
     """The default log of knob actions: one ``knobs:`` line through dtpo's rank-aware log."""
     logger.info("knobs: %s", line)
 
@@ -45,7 +45,7 @@ class KnobController:
     """
 
     def __init__(self, mode: str = "apply", journal: KnobJournal | None = None,
-                 log: Callable[[str], None] = log_to_stderr) -> None:
+                 log: Callable[[str], None] = log_knob_action) -> None:
         if mode not in KNOB_MODES:
             raise ConfigError(f"unknown knob mode {mode!r} (choose from: {', '.join(KNOB_MODES)})")
         self.mode: str = mode

@@ -6,9 +6,6 @@ whatever backward spends after it is collective time not hidden behind compute (
 rank). The communication itself stays DDP's own C++ all-reduce while the compression is ``none``: no Python
 runs on the collective thread. Choosing a compression (:mod:`dtpo.dist.compression`) registers one Python
 comm hook, once, that calls the current compression's hook; later switches only swap what it calls.
-
-:class:`TimedCommHook` is the earlier design (a Python comm hook that stamps each bucket, then all-reduces
-in Python), kept while callers move over.
 """
 
 # No `from __future__ import annotations` here: DDP checks a hook's annotations against dist.GradBucket
@@ -20,17 +17,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 from dtpo.dist.compression import COMPRESSIONS, InnerHook, changes_numerics, check_compression, inner_hook
 
-__all__ = ["COMPRESSIONS", "CommHook", "GradientComm", "TimedCommHook", "changes_numerics"]
+__all__ = ["COMPRESSIONS", "GradientComm", "changes_numerics"]
 
 log = logging.getLogger(__name__)
-
-CommHook = Callable[[Any, dist.GradBucket], torch.futures.Future[torch.Tensor]]
-
 
 class GradientComm:
     """Last-gradient stamps and switchable gradient compression for one DDP model.
@@ -156,32 +149,3 @@ def _buckets_final(model: DistributedDataParallel) -> bool:
     """Whether DDP will keep its current buckets (it rebuilds them once, at the forward after the first sync)."""
     rebuilds = not getattr(model, "find_unused_parameters", False) or getattr(model, "static_graph", False)
     return not rebuilds or bool(getattr(model, "_has_rebuilt_buckets", True))
-
-
-class TimedCommHook:
-    """A DDP comm hook that stamps bucket-ready times, then hands the bucket to an inner hook.
-
-    Superseded by :class:`GradientComm`, whose stamps cost no Python on the collective path.
-
-    Args:
-        mark: Returns a timestamp (the session's clock).
-        inner: The hook that does the communication; DDP's default all-reduce unless a compression hook
-            is given.
-    """
-
-    def __init__(self, mark: Callable[[], Any], inner: CommHook = default_hooks.allreduce_hook) -> None:
-        self._mark = mark
-        self._inner = inner
-        self.last_ready: Any = None
-        self.buckets = 0
-
-    def reset(self) -> None:
-        """Forget the previous backward's stamps."""
-        self.last_ready = None
-        self.buckets = 0
-
-    def hook(self, state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        """The function to pass to ``DistributedDataParallel.register_comm_hook``."""
-        self.last_ready = self._mark()
-        self.buckets += 1
-        return self._inner(state, bucket)

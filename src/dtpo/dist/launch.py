@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -34,7 +35,7 @@ from torch.distributed.elastic.rendezvous.api import RendezvousError, rendezvous
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
 from dtpo.core.config import BACKENDS
-from dtpo.core.errors import LaunchError, first_line
+from dtpo.core.errors import LaunchError, first_line, signal_name
 from dtpo.dist.run_dir import LAUNCHER_LOG, is_empty_run, is_writable_dir, prepare_run_dir, remove_empty_run
 
 log = logging.getLogger(__name__)
@@ -182,7 +183,7 @@ def launch(args: argparse.Namespace) -> LaunchOutcome:
                               f"{args.rdzv_timeout:g} s: {_first_line(exc)}{where}") from None
         raise
     if signum is not None:
-        failed, message = True, f"interrupted by {_signal_name(signum)}"
+        failed, message = True, f"interrupted by {signal_name(signum)}"
     if agree:
         assert scratch is not None
         run_dir = _agreed_run_dir(pointer, root, before)
@@ -283,8 +284,6 @@ def _validate_endpoint(args: argparse.Namespace, max_nodes: int) -> None:
         raise LaunchError(f"{flag} must be HOST:PORT with a port in 0-65535, got {endpoint!r}") from None
     if max_nodes > 1:
         try:
-            import socket
-
             socket.getaddrinfo(host, None)
         except OSError:
             raise LaunchError(f"cannot resolve the rendezvous host {host!r} in {endpoint!r}") from None
@@ -393,18 +392,18 @@ def worker_environment(values: dict[str, str | None]) -> Iterator[None]:
     """Set (or, for ``None``, unset) environment variables for the workers, and put them back afterwards."""
     saved = {key: os.environ.get(key) for key in values}
     try:
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_environment(values)
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        _set_environment(saved)
+
+
+def _set_environment(values: dict[str, str | None]) -> None:
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 class _AgentWatcher(logging.Handler):
@@ -556,17 +555,10 @@ def _reported_error(message: Any) -> str:
 
 def _exit_words(code: int) -> str:
     if code < 0:
-        return f"was killed by {_signal_name(-code)}"
+        return f"was killed by {signal_name(-code)}"
     if code > 128 and code - 128 in signal.Signals._value2member_map_:
-        return f"exited with code {code} ({_signal_name(code - 128)})"
+        return f"exited with code {code} ({signal_name(code - 128)})"
     return f"exited with code {code}"
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def _first_line(exc: BaseException) -> str:

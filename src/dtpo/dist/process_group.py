@@ -14,7 +14,6 @@ from dtpo.core.config import BACKENDS
 from dtpo.core.errors import ConfigError
 
 
-
 def default_backend(device: torch.device) -> str:
     """The collective backend for a device: ``nccl`` on CUDA, ``gloo`` on CPU; ``DTPO_BACKEND`` overrides."""
     chosen = os.environ.get("DTPO_BACKEND") or ("nccl" if device.type == "cuda" else "gloo")

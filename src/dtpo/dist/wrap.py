@@ -9,7 +9,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from dtpo.core.config import STRATEGIES
 from dtpo.core.errors import ConfigError
-from dtpo.dist.comm_timing import GradientComm, TimedCommHook
+from dtpo.dist.comm_timing import GradientComm
 from dtpo.dist.compression import check_compression
 from dtpo.dist.process_group import DistContext
 
@@ -17,7 +17,7 @@ Strategy = Literal["ddp", "fsdp"]
 
 
 def wrap_model(module: nn.Module, ctx: DistContext, strategy: Strategy,
-               comm: GradientComm | TimedCommHook | None = None, compression: str = "none",
+               comm: GradientComm | None = None, compression: str = "none",
                powersgd_rank: int = 1) -> nn.Module:
     """Move ``module`` to the rank's device and make it data parallel.
 
@@ -30,8 +30,8 @@ def wrap_model(module: nn.Module, ctx: DistContext, strategy: Strategy,
         ctx: This process's place in the run.
         strategy: ``"ddp"`` (replicated parameters, gradients all-reduced in buckets) or ``"fsdp"``
             (FSDP2: parameters sharded per block and at the root).
-        comm: For DDP, what stamps gradient readiness and communicates gradients: a :class:`GradientComm`
-            (attached here with ``compression``), or a :class:`TimedCommHook` (registered as the comm hook).
+        comm: For DDP, what stamps gradient readiness and communicates gradients (attached here with
+            ``compression``).
         compression: Gradient compression for DDP (see :mod:`dtpo.dist.compression`); FSDP takes ``none`` only.
         powersgd_rank: PowerSGD's matrix approximation rank.
 
@@ -44,17 +44,15 @@ def wrap_model(module: nn.Module, ctx: DistContext, strategy: Strategy,
     if strategy == "fsdp" and compression != "none":
         raise ConfigError(f"compression {compression!r} needs strategy ddp: strategy fsdp (FSDP2) has no "
                           "DDP comm hook to compress with")
-    if compression != "none" and not isinstance(comm, GradientComm):
+    if compression != "none" and comm is None:
         raise ValueError("gradient compression needs a GradientComm passed as comm")
     module = module.to(ctx.device)
     if not ctx.distributed:
         return module
     if strategy == "ddp":
         ddp = DistributedDataParallel(module, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None)
-        if isinstance(comm, GradientComm):
+        if comm is not None:
             comm.attach(ddp, compression, powersgd_rank)
-        elif comm is not None:
-            ddp.register_comm_hook(None, comm.hook)
         return ddp
     from torch.distributed.fsdp import fully_shard
 

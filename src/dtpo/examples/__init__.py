@@ -9,13 +9,15 @@ All data is generated or read from files that ship with Python, so every workloa
 
 from __future__ import annotations
 
+from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.examples.base import Batch, Workload
 from dtpo.examples.cnn import SyntheticCNN
 from dtpo.examples.lm import CharLM
 from dtpo.examples.mlp import SyntheticMLP
 
-__all__ = ["WORKLOADS", "Batch", "CharLM", "SyntheticCNN", "SyntheticMLP", "Workload", "get_workload"]
+__all__ = ["WORKLOADS", "Batch", "CharLM", "SyntheticCNN", "SyntheticMLP", "Workload", "get_workload",
+           "with_workload_defaults"]
 
 WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (CharLM, SyntheticCNN, SyntheticMLP)}
 
@@ -32,3 +34,16 @@ def get_workload(name: str) -> Workload:
         choices = ", ".join(sorted(WORKLOADS))
         raise ConfigError(f"unknown workload {name!r} (choose from: {choices})") from None
     return cls()
+
+
+def with_workload_defaults(config: RunConfig) -> RunConfig:
+    """``config`` with the workload's own steps, batch size and learning rate where it leaves them open.
+
+    Raises:
+        ConfigError: No workload has the configured name.
+    """
+    workload = get_workload(config.workload.name)
+    chosen = config.workload
+    return config.replace(workload={"steps": chosen.steps or workload.default_steps,
+                                    "batch_size": chosen.batch_size or workload.default_batch_size,
+                                    "lr": chosen.lr if chosen.lr is not None else workload.default_lr})

@@ -20,7 +20,7 @@ import dtpo
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError, DtpoError
 from dtpo.core.logs import configure_logging
-from dtpo.examples import get_workload
+from dtpo.examples import get_workload, with_workload_defaults
 from dtpo.session.lifecycle import Interrupted
 
 log = logging.getLogger("dtpo.examples.train")  # also when run as __main__
@@ -36,12 +36,11 @@ def load_config(argv: list[str]) -> RunConfig:
 
 
 def train(config: RunConfig) -> None:
-    """Build the workload, train it for its steps, write the record."""
+    """Build the workload, train it for its steps, write the record (``config`` with the workload's defaults
+    filled in: :func:`~dtpo.examples.with_workload_defaults`)."""
     workload = get_workload(config.workload.name)
-    steps = config.workload.steps or workload.default_steps
-    batch_size = config.workload.batch_size or workload.default_batch_size
-    lr = config.workload.lr if config.workload.lr is not None else workload.default_lr
-    config = config.replace(workload={"steps": steps, "batch_size": batch_size, "lr": lr})
+    steps, batch_size, lr = config.workload.steps, config.workload.batch_size, config.workload.lr
+    assert steps is not None and batch_size is not None and lr is not None, "call with_workload_defaults first"
     if config.launch.threads_per_worker is not None:
         torch.set_num_threads(config.launch.threads_per_worker)
     session = dtpo.Session.from_config(config)
@@ -59,8 +58,10 @@ def train(config: RunConfig) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: one line and exit code 2 for a bad setting; quiet exits on interrupts."""
     configure_logging()
+    config: RunConfig | None = None
     try:
-        train(load_config(sys.argv[1:] if argv is None else argv))
+        config = with_workload_defaults(load_config(sys.argv[1:] if argv is None else argv))
+        train(config)
     except DtpoError as exc:
         log.error("%s", exc)
         sys.exit(exc.exit_code)
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         if not is_out_of_memory(exc):
             raise
         log.error("out of memory: a micro-batch of %s samples does not fit on this device; lower --batch-size",
-                  config_batch_size())
+                  config.workload.batch_size if config is not None else "the configured number of")
         sys.exit(1)
 
 
@@ -81,15 +82,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     if isinstance(exc, torch.OutOfMemoryError | MemoryError):
         return True
     return "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower()
-
-
-def config_batch_size() -> str:
-    """The configured micro-batch size, for the out-of-memory line."""
-    try:
-        config = load_config(sys.argv[1:])
-        return str(config.workload.batch_size or get_workload(config.workload.name).default_batch_size)
-    except Exception:
-        return "the configured number of"
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from typing import Any
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import KnobConfig
 from dtpo.devices.base import Device, DeviceError, KnobError
-from dtpo.devices.knobs import KnobController, log_to_stderr
+from dtpo.devices.knobs import KnobController, log_knob_action
 
 
 def rank_gpus(energy_devices: list[Device] | None, local_rank: int, cuda: bool) -> list[Device]:
@@ -22,12 +22,12 @@ def rank_gpus(energy_devices: list[Device] | None, local_rank: int, cuda: bool) 
 
             devices = list(open_nvml_gpus(local_rank=local_rank))
         except DeviceError as exc:
-            log_to_stderr(f"no GPU knobs: {exc}")
+            log_knob_action(f"no GPU knobs: {exc}")
             return []
     return [d for d in devices if d.knob_key is not None]
 
 
-def start_knobs(config: KnobConfig, gpus: list[Device], log: Callable[[str], None] = log_to_stderr
+def start_knobs(config: KnobConfig, gpus: list[Device], log: Callable[[str], None] = log_knob_action
                 ) -> KnobController | None:
     """Set the requested knobs on ``gpus`` and return the controller that restores them (``None``: nothing
     was requested, or there is no GPU with knobs).

@@ -20,10 +20,12 @@ from typing import Any
 
 import torch.distributed as dist
 
-from dtpo.core.errors import ConfigError
+from dtpo.core.errors import ConfigError, signal_name
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, new_run_id, rank_record_path, write_json_atomic
 from dtpo.core.totals import finalize
 from dtpo.dist.process_group import DistContext
+from dtpo.dist.run_dir import is_writable_dir
+from dtpo.session.divergence import DivergedError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ class Interrupted(BaseException):  # noqa: N818 - a signal, not an error
     """Raised in the training loop when the process receives SIGTERM (SIGINT raises KeyboardInterrupt)."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        super().__init__(f"interrupted by {signal_name(signum)}")
         self.signum = signum
 
 
@@ -45,8 +47,6 @@ def now_iso() -> str:
 
 def status_for(error: BaseException | None) -> str:
     """The record status an exception ends a run with."""
-    from dtpo.session.divergence import DivergedError
-
     if error is None:
         return "completed"
     if isinstance(error, Interrupted | KeyboardInterrupt):
@@ -82,7 +82,7 @@ def agree_on_run_dir(ctx: DistContext, run_dir: str | os.PathLike[str] | None) -
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot create the run directory {path}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK):
+    if not is_writable_dir(path):
         raise ConfigError(f"the run directory {path} is not writable")
     pointer = os.environ.get("DTPO_RUN_POINTER")
     if pointer and ctx.local_rank == 0:  # tells this node's launcher which directory the ranks agreed on
