@@ -136,3 +136,88 @@ def test_the_progress_bar_shows_only_for_long_jobs_on_a_terminal(monkeypatch: py
     with progress_bar(PROGRESS_GPU_STEPS, 1) as advance:
         assert advance is not None
         advance(PROGRESS_GPU_STEPS)
+
+
+def write_trace(folder: Path, rows: list[str] | None = None) -> Path:
+    """A user's measured H100 power-limit sweep in the Zeus columns (plus samples_per_epoch)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "my_h100.csv"
+    rows = rows if rows is not None else [f"llama,mydata,64,adamw,{w},{40 + 20000 / w:.2f},{0.8 * w:.1f},10000"
+                                          for w in range(200, 701, 50)]
+    path.write_text("network,dataset,batch_size,optimizer,power_limit,time_per_epoch,average_power,"
+                    "samples_per_epoch\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def test_a_users_trace_is_simulated_through_the_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setenv("DTPO_STATE_DIR", str(state))
+    trace = write_trace(tmp_path / "in")
+    out = tmp_path / "in" / "result.json"
+    with pytest.raises(SystemExit) as ended:
+        main(["simulate", "--trace", str(trace), "--gpu", "H100-SXM", "--gpus", "2", "--steps", "2000",
+              "--sweep", "power-limit", "--json", str(out)])
+    captured = capsys.readouterr()
+    assert ended.value.code == 0, captured.err
+    assert f"calibrated on your measured trace {trace}" in captured.out
+    assert f"simulated from your measured trace {trace}" in captured.out
+    assert "llama/mydata, batch 64/GPU" in captured.out and "energy-optimal" in captured.out
+    assert captured.err == ""
+    data = json.loads(out.read_text())
+    assert data["gpu"] == "H100-SXM" and data["calibrated"] is True and data["config"]["trace_file"] == str(trace)
+    assert [r["power_limit_w"] for r in data["results"]] == [float(w) for w in range(200, 701, 50)]
+    assert not list(state.rglob("*"))  # no state file, no journal
+
+
+def test_list_with_a_trace_lists_its_traces(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DTPO_STATE_DIR", str(tmp_path / "state"))
+    trace = write_trace(tmp_path, [f"llama,mydata,{b},adamw,{w},{40 + w / 100},{w / 2},10000"
+                                   for b in (32, 64) for w in (200, 700)])
+    with pytest.raises(SystemExit) as ended:
+        main(["simulate", "--list", "--trace", str(trace), "--gpu", "h100"])
+    captured = capsys.readouterr()
+    assert ended.value.code == 0, captured.err
+    assert f"traces in {trace} (measured on H100-SXM" in captured.out
+    assert "llama/mydata batch 32 adamw: 2 limits 200-700 W" in captured.out
+    assert "llama/mydata batch 64 adamw" in captured.out
+
+
+def row(limit: str, time: str, power: str) -> str:
+    return f"llama,mydata,64,adamw,{limit},{time},{power},10000"
+
+
+GOOD_ROWS = [row("200", "100", "150"), row("300", "80", "250")]
+
+
+@pytest.mark.parametrize(("rows", "args", "message"), [
+    ([row("200", "100", "150"), row("300", "abc", "250")], [],
+     "my_h100.csv row 3, column time_per_epoch: 'abc' is not a number"),
+    ([row("200", "100", "150"), row("900", "80", "250")], [],
+     "row 3, column power_limit: 900 W is outside the H100-SXM's"),
+    ([row("200", "100", "150"), row("200", "80", "250")], [], "row 3, column power_limit: 200 W appears twice"),
+    (GOOD_ROWS, ["--model", "parametric"], "--model parametric cannot use --trace"),
+    (GOOD_ROWS, ["--workload", "bert"], "no trace of workload 'bert'"),
+    (GOOD_ROWS, ["--batch-size", "8"], "measured batch sizes: 64"),
+])
+def test_a_bad_trace_file_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str], rows: list[str],
+                                                 args: list[str], message: str) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setenv("DTPO_STATE_DIR", str(state))
+    trace = write_trace(tmp_path / "in", rows)
+    with pytest.raises(SystemExit) as ended:
+        main(["simulate", "--steps", "10", "--gpu", "H100-SXM", "--trace", str(trace), *args])
+    captured = capsys.readouterr()
+    assert ended.value.code == 2, captured.out + captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("dtpo: error:"), captured.err
+    assert "Traceback" not in captured.err + captured.out
+    assert not list(state.rglob("*.json"))
+
+
+def test_a_missing_trace_file_from_a_real_process(tmp_path: Path) -> None:
+    result = run(["--trace", str(tmp_path / "nope.csv")], tmp_path / "state")
+    assert result.returncode == 2
+    assert result.stderr == f"dtpo: error: cannot read trace file {tmp_path / 'nope.csv'}: No such file or directory\n"

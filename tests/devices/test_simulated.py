@@ -19,11 +19,13 @@ from dtpo.core.errors import ConfigError
 from dtpo.devices.base import DeviceError, KnobError, KnobState
 from dtpo.devices.journal import KnobJournal, restore_pending
 from dtpo.devices.knobs import KnobController
+from dtpo.devices.physics.gpu_model import CalibratedModel
 from dtpo.devices.simulated import (
     LEGACY_STATE_SCHEMA,
     SimulatedGpu,
     SimulatedGpuConfig,
     SimulatedGpuGroup,
+    model_for,
     reopen_simulated,
 )
 
@@ -211,3 +213,69 @@ def test_sigterm_restores_before_the_process_ends(tmp_path: Path) -> None:
     assert not state_file.exists()  # back at the defaults: the file has gone
     assert gpu(tmp_path).knob_state() == KnobState(300.0, None)
     assert not KnobJournal().path.exists()
+
+
+def write_sweep(path: Path, batches: tuple[int, ...] = (64,)) -> Path:
+    """A user's measured H100 sweep (200-700 W) in the Zeus columns, one trace per batch size."""
+    lines = ["network,dataset,batch_size,optimizer,power_limit,time_per_epoch,average_power,samples_per_epoch"]
+    for batch in batches:
+        for limit in range(200, 701, 100):
+            lines.append(f"llama,mydata,{batch},adamw,{limit},{40 + 20000 / limit:.3f},{0.8 * limit:.1f},10000")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_gpu_group_on_a_trace_file_is_reopened_from_its_state_file(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_sweep(tmp_path / "sweep.csv")
+    config = SimulatedGpuConfig("H100-SXM", "", trace_file="sweep.csv", time_noise=0, power_noise=0)
+    group = SimulatedGpuGroup(config, 4, tmp_path / "job.json", slowdowns={2: 1.3})
+    assert isinstance(group.model, CalibratedModel) and group.model.spec.name == "H100-SXM"
+    assert group.model.workload == "llama/mydata" and group.model.batch_size == 64
+    group.set_power_limit(300)
+    stored = json.loads((tmp_path / "job.json").read_text())["config"]
+    assert stored["trace_file"] == str(tmp_path / "sweep.csv")  # absolute: a restore may run elsewhere
+    monkeypatch.chdir("/")
+    reopened = reopen_simulated(tmp_path / "job.json")
+    assert isinstance(reopened, SimulatedGpuGroup) and len(reopened.members) == 4
+    assert reopened.members[2].config.slowdown == 1.3 and reopened.knob_state() == KnobState(300.0, None)
+    assert reopened.members[0].operating_point() == group.members[0].operating_point()
+    point = reopened.members[0].operating_point()
+    assert point.time_per_sample_s * 10_000 == pytest.approx(float(f"{40 + 20000 / 300:.3f}"))
+    assert point.power_w == 240.0
+    reopened.set_power_limit(700)
+    assert not (tmp_path / "job.json").exists()
+
+
+def test_a_gone_trace_file_still_lets_the_journal_restore(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path / "sweep.csv")
+    state_file = tmp_path / "gpu0.json"
+    device = SimulatedGpu(SimulatedGpuConfig("H100-SXM", "llama", trace_file=str(sweep)), state_file)
+    journal = KnobJournal(tmp_path / "journal.json")
+    knobs = KnobController("apply", journal, log=lambda _: None).__enter__()
+    knobs.set_power_limit(device, 250)  # then the process "dies": no __exit__
+    clock = device.model.spec.sm_clocks_mhz[10]
+    knobs.lock_sm_clock(device, clock)
+    sweep.unlink()
+    reopened = reopen_simulated(state_file)
+    assert reopened.knob_state() == KnobState(250.0, (clock, clock)) and "knobs only" in reopened.info.name
+    assert reopened.energy_j() == 0.0
+    lines = restore_pending(journal)
+    assert lines[0].startswith("restored sim0") and "power limit 700 W" in lines[0]
+    assert not state_file.exists() and not journal.path.exists()
+
+
+def test_model_for_picks_the_trace_and_names_the_choices(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path / "two.csv", batches=(32, 64))
+    with pytest.raises(ConfigError, match="2 traces that match.*llama/mydata/adamw batch 32; llama/mydata/adamw "
+                                          "batch 64"):
+        model_for(SimulatedGpuConfig("H100-SXM", "", trace_file=str(sweep)))
+    assert model_for(SimulatedGpuConfig("H100-SXM", "llama", 32, trace_file=str(sweep))).batch_size == 32
+    with pytest.raises(ConfigError, match="measured batch sizes: 32, 64"):
+        model_for(SimulatedGpuConfig("H100-SXM", "llama", 48, trace_file=str(sweep)))
+    with pytest.raises(ConfigError, match="parametric model cannot use one"):
+        model_for(SimulatedGpuConfig("H100-SXM", "llama", 32, calibrated=False, trace_file=str(sweep)))
+    with pytest.raises(ConfigError, match=r"two\.csv row 4, column power_limit: 400 W is outside the A40's"):
+        SimulatedGpu(SimulatedGpuConfig("A40", "llama", 32, trace_file=str(sweep)), tmp_path / "x.json")
+    assert not (tmp_path / "x.json").exists()

@@ -2,10 +2,17 @@
 
 Every figure it prints is simulated (from a model calibrated on measured traces, or the parametric
 physical model), never a measurement; the output says which model ran and what it assumes.
+
+``--trace FILE.csv`` calibrates the simulated GPUs on the user's own measured power-limit sweep, in the
+columns of the shipped Zeus files (``power_limit,time_per_epoch,average_power``, optionally
+``dataset,network,batch_size,optimizer`` and ``samples_per_epoch``; see
+:mod:`dtpo.devices.physics.user_trace`). ``--gpu`` names the GPU it was measured on; ``--workload`` and
+``--batch-size`` pick one trace when the file holds several; ``--list --trace FILE`` lists them.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sys
@@ -22,7 +29,8 @@ from rich.table import Table
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
 from dtpo.devices.physics.gpu_model import known_workloads
-from dtpo.devices.physics.power_specs import POWER_SPECS
+from dtpo.devices.physics.power_specs import POWER_SPECS, find_power_spec
+from dtpo.devices.physics.user_trace import describe_trace, load_trace_file
 from dtpo.plan.simulated_job import (
     MAX_GPUS,
     MAX_STEPS,
@@ -36,10 +44,14 @@ from dtpo.plan.simulated_job import (
 from dtpo.plan.simulated_job import Progress as StepsDone
 from dtpo.telemetry.summary import make_console
 
+log = logging.getLogger(__name__)
+
 SIMULATE_SCHEMA = "dtpo.simulate/1"
 MODEL_CHOICES = ("auto", "calibrated", "parametric")
+DEFAULT_WORKLOAD = "resnet50"
 BAR_WIDTH = 10
 PROGRESS_GPU_STEPS = 20_000_000  # show a progress bar (on a terminal) from about this much work: a few seconds
+MIN_COUNTER_PERIODS = 20  # fewer energy-counter periods per setting: its energy may be off by over 10 %
 
 
 def check_json_path(path: Path) -> None:
@@ -128,9 +140,16 @@ def results_table(results: list[SettingResult], reference: SettingResult, title:
 
 
 def simulate_command(
-    gpu: str = typer.Option("A40", "--gpu", help="GPU model: A40, V100, H100-SXM, A100-SXM, MI250X."),
-    workload: str = typer.Option("resnet50", "--workload", "-w", help="Workload (see --list)."),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Per-GPU batch (default: the model's)."),
+    gpu: str = typer.Option("A40", "--gpu", help="GPU model: A40, V100, H100-SXM, A100-SXM, MI250X "
+                                                 "(with --trace: the GPU the trace was measured on)."),
+    workload: str | None = typer.Option(
+        None, "--workload", "-w",
+        help=f"Workload (see --list; default {DEFAULT_WORKLOAD}). With --trace: which of the file's traces, as "
+             "NETWORK, NETWORK/DATASET or NETWORK/DATASET/OPTIMIZER (default: the file's only one)."),
+    batch_size: int | None = typer.Option(
+        None, "--batch-size",
+        help="Per-GPU batch (default: the model's). With --trace: picks the file's trace of that batch, or is "
+             "the batch of a file without a batch_size column (default 1)."),
     gpus: int = typer.Option(8, "--gpus", help=f"Number of data-parallel GPUs (at most {MAX_GPUS:,})."),
     steps: int = typer.Option(1000, "--steps", help=f"Training steps per setting (at most {MAX_STEPS:,})."),
     power_limit: float | None = typer.Option(None, "--power-limit", help="Power limit in watts on every GPU."),
@@ -143,10 +162,26 @@ def simulate_command(
     counter_period: float = typer.Option(0.1, "--counter-period", help="Energy-counter update period (s)."),
     seed: int = typer.Option(0, "--seed", help="Noise seed."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
-    list_models: bool = typer.Option(False, "--list", help="List GPU models and workloads, then exit."),
+    list_models: bool = typer.Option(False, "--list", help="List GPU models and workloads (with --trace: the "
+                                                           "file's traces), then exit."),
+    trace: Path | None = typer.Option(
+        None, "--trace",
+        help="Calibrate on your own measured power-limit sweep: a CSV with the shipped Zeus columns "
+             "power_limit,time_per_epoch,average_power (W, s, W), optionally dataset,network,batch_size,"
+             "optimizer and samples_per_epoch (needed unless the dataset is one dtpo knows). Name its GPU with "
+             "--gpu."),
 ) -> None:
-    """Simulate a training job on GPUs under power limits and SM clocks: time, energy, J/sample."""
+    """Simulate a training job on GPUs under power limits and SM clocks: time, energy, J/sample.
+
+    With --trace FILE.csv the GPUs are calibrated on your own measured power-limit sweep instead of the
+    shipped Zeus traces.
+    """
     console = make_console()
+    if trace is not None and model == "parametric":
+        raise ConfigError("--model parametric cannot use --trace: a measured trace gives a calibrated model")
+    if list_models and trace is not None:
+        _list_traces(console, trace, gpu, batch_size)
+        return
     if list_models:
         console.print("GPU models: " + ", ".join(f"{s.name} ({s.min_power_w:g}-{s.max_power_w:g} W)"
                                                  for s in POWER_SPECS))
@@ -162,10 +197,12 @@ def simulate_command(
         check_finite(flag, value)
     if json_out is not None:
         check_json_path(json_out)
+    if workload is None:
+        workload = "" if trace is not None else DEFAULT_WORKLOAD
     config = JobConfig(gpu=gpu, workload=workload, gpus=gpus, steps=steps, batch_size=batch_size,
                        calibrated={"auto": None, "calibrated": True, "parametric": False}[model], seed=seed,
                        time_noise=noise, power_noise=noise, counter_period_s=counter_period,
-                       straggler=parse_straggler(straggler))
+                       straggler=parse_straggler(straggler), trace_file=None if trace is None else str(trace))
     with SimulatedJob(config) as job:
         settings = 2 if sweep is None else 1 + len(sweep_values(job.gpus, sweep))
         with progress_bar(settings * steps, gpus) as progress:
@@ -175,10 +212,17 @@ def simulate_command(
             else:
                 results = job.sweep(sweep, power_limit_w=power_limit, sm_clock_mhz=sm_clock, progress=progress)
         m = job.model
-    kind = "calibrated on a measured trace" if m.calibrated else "parametric model"
+    warn_if_coarse(min(r.time_s for r in (baseline, *results)), counter_period)
+    if trace is not None:
+        kind = f"calibrated on your measured trace {trace}"
+        origin = (f"All figures are simulated from your measured trace {trace} (interpolated between its power "
+                  "limits), not measured in this run.")
+    else:
+        kind = "calibrated on a measured trace" if m.calibrated else "parametric model"
+        origin = "All figures are simulated, not measured."
     title = (f"simulated: {gpus} x {m.spec.name}, {m.workload}, batch {m.batch_size}/GPU, {steps} steps "
              f"per setting ({kind})")
-    caption = ("All figures are simulated, not measured. Communication and data loading are not modelled. "
+    caption = (f"{origin} Communication and data loading are not modelled. "
                "ΔE, Δt: energy and time against the default (maximum power limit, clocks floating).")
     if config.straggler:
         caption += f" Straggler: rank {config.straggler[0]} x{config.straggler[1]:g}."
@@ -195,6 +239,28 @@ def simulate_command(
                                      "baseline": baseline.as_dict(),
                                "results": [r.as_dict() for r in results]})
         console.print(f"results written to {json_out}")
+
+
+def warn_if_coarse(time_s: float, counter_period_s: float) -> None:
+    """Warn when a setting runs so briefly that the energy counter's period blurs its energy.
+
+    The counter lags by up to one period at each end of a setting, so its energy may be off by up to
+    ``2 * period / time``; from :data:`MIN_COUNTER_PERIODS` periods down (over 10 %) this logs a warning.
+    """
+    if counter_period_s > 0 and time_s < MIN_COUNTER_PERIODS * counter_period_s:
+        log.warning("a setting runs only %.3g s of simulated time, %.3g energy-counter periods of %g s: its energy "
+                    "may be off by up to %.0f %%; raise --steps (or --batch-size)", time_s,
+                    time_s / counter_period_s, counter_period_s, min(100.0, 200 * counter_period_s / time_s))
+
+
+def _list_traces(console: Console, trace: Path, gpu: str, batch_size: int | None) -> None:
+    """Print the traces of a user's trace file (``--list --trace FILE``)."""
+    traces = load_trace_file(trace, gpu, batch_size=batch_size)
+    spec = find_power_spec(gpu)
+    console.print(f"traces in {trace} (measured on {spec.name}, power limits {spec.min_power_w:g}-"
+                  f"{spec.max_power_w:g} W):")
+    for item in traces:
+        console.print(f"  {describe_trace(item)}", highlight=False, markup=False)
 
 
 def _write_json(path: Path, data: dict[str, object]) -> None:

@@ -14,12 +14,19 @@ only while the settings differ from the defaults (maximum power limit, clocks fl
 back deletes it, and a missing file means the defaults. So neither a normal exit nor a restore after
 ``kill -9`` leaves files behind.
 
+A simulated GPU may also be calibrated on a user's own measured trace (``SimulatedGpuConfig.trace_file``, a CSV
+in the Zeus columns, :mod:`dtpo.devices.physics.user_trace`); :func:`model_for` builds the model of any config.
+The state file stores the config, trace file included (as an absolute path), so a crashed job's GPUs reopen
+with their model; if the trace file is gone or no longer reads by then, they reopen with their knobs only
+(all a restore needs: the GPU's power-limit range and clocks).
+
 Energy from a simulated GPU is never a measurement: its source is ``"simulated"`` and it is marked estimated.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import weakref
@@ -33,7 +40,11 @@ import numpy as np
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
 from dtpo.devices.base import Device, DeviceError, DeviceInfo, KnobError, KnobLimits, KnobState
-from dtpo.devices.physics.gpu_model import GpuModel, OperatingPoint, load_model
+from dtpo.devices.physics.gpu_model import CalibratedModel, GpuModel, OperatingPoint, load_model
+from dtpo.devices.physics.power_specs import PowerSpec, find_power_spec
+from dtpo.devices.physics.user_trace import load_trace_file, pick_trace
+
+log = logging.getLogger(__name__)
 
 STATE_SCHEMA = "dtpo.simulated-gpus/1"
 LEGACY_STATE_SCHEMA = "dtpo.simulated-gpu/1"  # one file per GPU (dtpo before the shared file); still restorable
@@ -44,16 +55,21 @@ class SimulatedGpuConfig:
     """Everything that defines a simulated GPU (stored in its state file).
 
     Attributes:
-        gpu: GPU model key, e.g. ``"A40"`` or ``"H100-SXM"``.
-        workload: Workload, e.g. ``"resnet50"``.
-        batch_size: Samples per step on this GPU (``None``: the model's default).
-        calibrated: Use the calibrated model (``None``: where a trace exists).
+        gpu: GPU model key, e.g. ``"A40"`` or ``"H100-SXM"`` (with ``trace_file``: the GPU it was measured on).
+        workload: Workload, e.g. ``"resnet50"``. With ``trace_file`` it picks the file's trace:
+            ``"network"``, ``"network/dataset"`` or ``"network/dataset/optimizer"``; ``""``: the file's only one.
+        batch_size: Samples per step on this GPU (``None``: the model's default; with ``trace_file``: picks the
+            file's trace of that batch size, and is the batch of a file without a ``batch_size`` column).
+        calibrated: Use the calibrated model (``None``: where a trace exists; a trace file is always calibrated,
+            so ``False`` is refused with one).
         index: Device index, for its name (in a group: the first GPU's index).
         seed: Seed of its noise.
         time_noise: Relative standard deviation of step time.
         power_noise: Relative standard deviation of power.
         counter_period_s: The energy counter advances only at multiples of this period (0: continuously).
         slowdown: Step-time factor; above 1 makes this GPU a straggler.
+        trace_file: A user's measured power-limit sweep (CSV, Zeus columns) to calibrate on, instead of the
+            shipped traces; ``None``: the shipped traces or the parametric model.
     """
 
     gpu: str
@@ -66,9 +82,16 @@ class SimulatedGpuConfig:
     power_noise: float = 0.01
     counter_period_s: float = 0.1
     slowdown: float = 1.0
+    trace_file: str | None = None
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` for values no GPU could have."""
+        if self.trace_file is not None:
+            if not str(self.trace_file).strip():
+                raise ConfigError("the trace file name is empty")
+            if self.calibrated is False:
+                raise ConfigError("a measured trace file gives a calibrated model; the parametric model cannot "
+                                  "use one")
         for name, value in (("time noise", self.time_noise), ("power noise", self.power_noise)):
             if not math.isfinite(value) or value < 0:
                 raise ConfigError(f"{name} must be a finite number >= 0 (a relative standard deviation, e.g. "
@@ -103,6 +126,8 @@ class KnobStateFile:
     def __init__(self, path: Path, config: SimulatedGpuConfig, gpus: int, slowdowns: Mapping[int, float],
                  default: KnobState) -> None:
         self.path = Path(path)
+        if config.trace_file is not None:  # a restore after a crash may run in another folder
+            config = replace(config, trace_file=os.path.abspath(config.trace_file))
         self.config = config
         self.gpus = gpus
         self.slowdowns = dict(slowdowns)
@@ -147,6 +172,11 @@ class _SimulatedKnobs(Device):
     info: DeviceInfo
 
     @property
+    def spec(self) -> PowerSpec:
+        """The simulated GPU's power spec (its knob range)."""
+        return self.model.spec
+
+    @property
     def state_path(self) -> Path:
         """The knob-state file (present only while the settings differ from the defaults)."""
         return self.store.path
@@ -158,7 +188,7 @@ class _SimulatedKnobs(Device):
 
     def knob_limits(self) -> KnobLimits | None:
         """The simulated GPU's datasheet range and supported SM clocks."""
-        spec = self.model.spec
+        spec = self.spec
         return KnobLimits(spec.min_power_w, spec.max_power_w, spec.max_power_w, tuple(spec.sm_clocks_mhz))
 
     def knob_state(self) -> KnobState:
@@ -167,7 +197,7 @@ class _SimulatedKnobs(Device):
 
     def set_power_limit(self, watts: float) -> None:
         """Set the power limit (checked against the range like a driver would)."""
-        spec = self.model.spec
+        spec = self.spec
         if not spec.min_power_w <= watts <= spec.max_power_w:
             raise KnobError(f"{self.info.name}: power limit {watts:g} W outside {spec.min_power_w:g}-"
                             f"{spec.max_power_w:g} W")
@@ -175,7 +205,7 @@ class _SimulatedKnobs(Device):
 
     def lock_sm_clocks(self, min_mhz: int, max_mhz: int) -> None:
         """Lock SM clocks; the GPU runs at the top of the range unless the power limit holds it lower."""
-        clocks = self.model.spec.sm_clocks_mhz
+        clocks = self.spec.sm_clocks_mhz
         if min_mhz > max_mhz or min_mhz not in clocks or max_mhz not in clocks:
             raise KnobError(f"{self.info.name}: SM clocks {min_mhz}-{max_mhz} MHz not supported "
                             f"({clocks[0]}-{clocks[-1]} MHz)")
@@ -192,6 +222,26 @@ class _SimulatedKnobs(Device):
 
 def _default_state(model: GpuModel) -> KnobState:
     return KnobState(model.spec.max_power_w, None)
+
+
+def model_for(config: SimulatedGpuConfig) -> GpuModel:
+    """The GPU model a config simulates: calibrated on its trace file, or :func:`load_model` without one.
+
+    With ``config.trace_file`` the file is read (:func:`dtpo.devices.physics.user_trace.load_trace_file`, on
+    ``config.gpu``) and its trace named by ``config.workload`` and ``config.batch_size`` is picked
+    (:func:`dtpo.devices.physics.user_trace.pick_trace`); the model is a
+    :class:`dtpo.devices.physics.gpu_model.CalibratedModel` of it. The file is read on every call (it is small),
+    so a changed file is seen.
+
+    Raises:
+        ConfigError: A bad config, GPU, workload or batch size, or a bad trace file (one line naming the file,
+            row and column), or several traces in the file that match (the message lists them).
+    """
+    config.validate()
+    if config.trace_file is None:
+        return load_model(config.gpu, config.workload, config.batch_size, config.calibrated)
+    traces = load_trace_file(config.trace_file, config.gpu, batch_size=config.batch_size)
+    return CalibratedModel(pick_trace(traces, config.workload or None, config.batch_size))
 
 
 _POINTS: weakref.WeakKeyDictionary[GpuModel, dict[KnobState, OperatingPoint]] = weakref.WeakKeyDictionary()
@@ -223,8 +273,7 @@ class SimulatedGpu(_SimulatedKnobs):
     def __init__(self, config: SimulatedGpuConfig, state_path: Path | None = None, *,
                  store: KnobStateFile | None = None, model: GpuModel | None = None) -> None:
         if model is None:
-            config.validate()
-            model = load_model(config.gpu, config.workload, config.batch_size, config.calibrated)
+            model = model_for(config)
         self.config = config
         self.model = model
         if store is None:
@@ -320,10 +369,11 @@ class SimulatedGpuGroup(_SimulatedKnobs):
         gpus: How many GPUs.
         state_path: The shared knob-state file; read if present (the defaults if not).
         slowdowns: Slowdown factor by GPU position (0-based), for stragglers; 1 elsewhere.
+        model: The model of ``config`` when the caller has it (default: :func:`model_for`).
     """
 
     def __init__(self, config: SimulatedGpuConfig, gpus: int, state_path: Path,
-                 slowdowns: Mapping[int, float] | None = None) -> None:
+                 slowdowns: Mapping[int, float] | None = None, model: GpuModel | None = None) -> None:
         if gpus < 1:
             raise ConfigError(f"a group of simulated GPUs needs at least one GPU, got {gpus}")
         slowdowns = {int(k): float(v) for k, v in (slowdowns or {}).items() if float(v) != 1.0}
@@ -332,7 +382,7 @@ class SimulatedGpuGroup(_SimulatedKnobs):
         config = replace(config, slowdown=1.0)
         config.validate()
         self.config = config
-        self.model = load_model(config.gpu, config.workload, config.batch_size, config.calibrated)
+        self.model = model if model is not None else model_for(config)
         self.store = KnobStateFile(Path(state_path), config, gpus, slowdowns, _default_state(self.model))
         self.members = [SimulatedGpu(replace(config, index=config.index + i, slowdown=slowdowns.get(i, 1.0)),
                                      store=self.store, model=self.model) for i in range(gpus)]
@@ -349,6 +399,34 @@ class SimulatedGpuGroup(_SimulatedKnobs):
     def power_w(self) -> float | None:
         """Total power during each GPU's latest simulated interval."""
         return sum(gpu._last_power_w for gpu in self.members)
+
+
+class _KnobsOnlySimulatedGpus(_SimulatedKnobs):
+    """Simulated GPUs reopened from their state file when their trace file no longer gives a model.
+
+    They cannot simulate (no energy, no steps), but their knobs work against the GPU's range, which is all a
+    restore needs: putting the defaults back deletes the state file like any simulated GPU's.
+    """
+
+    def __init__(self, path: Path, config: SimulatedGpuConfig, gpus: int, slowdowns: Mapping[int, float],
+                 reason: str) -> None:
+        self._spec = find_power_spec(config.gpu)
+        self.config = config
+        self.store = KnobStateFile(path, config, gpus, slowdowns, KnobState(self._spec.max_power_w, None))
+        last = config.index + gpus - 1
+        names = f"sim{config.index}" if gpus == 1 else f"sim{config.index}-{last}"
+        self.info = DeviceInfo(name=f"{names} ({gpus} x {self._spec.name}, trace {config.trace_file}: knobs only)",
+                               kind="gpu", source="simulated", estimated=True, node_shared=False,
+                               detail=f"reopened without a model ({reason})")
+
+    @property
+    def spec(self) -> PowerSpec:
+        """The GPU's power spec, from its name in the state file."""
+        return self._spec
+
+    def energy_j(self) -> float:
+        """Nothing runs on them."""
+        return 0.0
 
 
 class _VacantSimulatedGpus(Device):
@@ -400,7 +478,8 @@ def reopen_simulated(path: str | Path) -> Device:
     """Reopen simulated GPUs from their state file (how the journal restores them after a crash).
 
     A missing file means the GPUs are at their defaults: the device returned then changes nothing, so a
-    restore of it succeeds and its journal entry goes.
+    restore of it succeeds and its journal entry goes. GPUs calibrated on a trace file that is gone (or no
+    longer reads) reopen with their knobs only: enough to put their settings back.
     """
     path = Path(path)
     if not path.exists():
@@ -413,8 +492,21 @@ def reopen_simulated(path: str | Path) -> Device:
     except (TypeError, ValueError, AttributeError) as exc:
         raise DeviceError(f"simulated GPU state {path} has an unknown configuration ({exc})") from None
     try:
-        if data["schema"] == LEGACY_STATE_SCHEMA or gpus == 1:
-            return SimulatedGpu(replace(config, slowdown=slowdowns.get(0, config.slowdown)), path)
-        return SimulatedGpuGroup(config, gpus, path, slowdowns)
+        single = data["schema"] == LEGACY_STATE_SCHEMA or gpus == 1
+        if single:
+            config = replace(config, slowdown=slowdowns.get(0, config.slowdown))
+        try:
+            model = model_for(config)
+        except ConfigError as exc:
+            if config.trace_file is None:
+                raise
+            log.debug("simulated GPU state %s: its trace file gives no model (%s); reopened with knobs only",
+                     path, exc)
+            return _KnobsOnlySimulatedGpus(path, replace(config, slowdown=1.0), gpus,
+                                           {0: config.slowdown} if single and config.slowdown != 1.0 else slowdowns,
+                                           str(exc))
+        if single:
+            return SimulatedGpu(config, path, model=model)
+        return SimulatedGpuGroup(config, gpus, path, slowdowns, model=model)
     except ConfigError as exc:
         raise DeviceError(f"simulated GPU state {path}: {exc}") from None

@@ -46,8 +46,9 @@ class JobConfig:
     """A simulated job.
 
     Attributes:
-        gpu: GPU model key (``dtpo simulate --list`` shows them).
-        workload: Workload name.
+        gpu: GPU model key (``dtpo simulate --list`` shows them); with ``trace_file``, the GPU it was measured on.
+        workload: Workload name; with ``trace_file``, which of the file's traces (``"network"``,
+            ``"network/dataset"`` or ``"network/dataset/optimizer"``; ``""``: the file's only one).
         gpus: Number of GPUs (data-parallel ranks).
         steps: Training steps per setting.
         batch_size: Per-GPU batch (``None``: the model's default).
@@ -58,6 +59,8 @@ class JobConfig:
         power_noise: Relative standard deviation of each step's power.
         counter_period_s: Energy-counter update period.
         straggler: ``(rank, factor)``: that rank computes ``factor`` times slower; ``None`` for none.
+        trace_file: A user's measured power-limit sweep (CSV in the Zeus columns, see
+            :mod:`dtpo.devices.physics.user_trace`) to calibrate the GPUs on; ``None``: the shipped traces.
     """
 
     gpu: str
@@ -71,6 +74,7 @@ class JobConfig:
     power_noise: float = 0.01
     counter_period_s: float = 0.1
     straggler: tuple[int, float] | None = None
+    trace_file: str | None = None
 
     def validate(self) -> None:
         """Raise :class:`ConfigError` on values that cannot describe a job."""
@@ -90,6 +94,8 @@ class JobConfig:
             raise ConfigError(f"--seed must be >= 0, got {self.seed}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.trace_file is not None and self.calibrated is False:
+            raise ConfigError("--model parametric cannot use --trace: a measured trace gives a calibrated model")
         if self.straggler is not None:
             rank, factor = self.straggler
             if not 0 <= rank < self.gpus:
@@ -166,7 +172,8 @@ class SimulatedJob:
         self.gpus = SimulatedGpuGroup(
             SimulatedGpuConfig(config.gpu, config.workload, config.batch_size, config.calibrated, seed=config.seed,
                                time_noise=config.time_noise, power_noise=config.power_noise,
-                               counter_period_s=config.counter_period_s),
+                               counter_period_s=config.counter_period_s,
+                               trace_file=None if config.trace_file is None else str(config.trace_file)),
             config.gpus, self.state_folder / f"{os.getpid()}-{secrets.token_hex(4)}.json", slowdowns)
         self.devices: list[SimulatedGpu] = self.gpus.members
         self.model = self.gpus.model

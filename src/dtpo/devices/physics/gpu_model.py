@@ -37,13 +37,16 @@ ratio of peak FP16 tensor FLOP/s, the rest by the ratio of memory bandwidth.
 
 **Calibrated model** (:class:`CalibratedModel`): for a (GPU, workload, batch size) with a trace, time and power
 are read off the measured curve, piecewise-linear in the power limit between measured limits (so every
-measured point is reproduced exactly and values between two limits lie between theirs); limits above the
-largest measured one hold its values. A locked SM clock is mapped to the limit at which the parametric
-model settles at that clock (``P_c`` of the clock) and the measured curve is read there; when that limit is
-below the lowest measured one, the lowest measured point is scaled by the parametric model's ratios.
+measured point is reproduced exactly and values between two limits lie between theirs). A limit outside the
+measured ones (only a user's trace can stop short of the GPU's range; the shipped traces span it) takes the
+nearest measured point scaled by the parametric model's ratios between the two limits. A locked SM clock is
+mapped to the limit at which the parametric model settles at that clock (``P_c`` of the clock) and the
+measured curve is read there; when that limit is below the lowest measured one, the lowest measured point is
+scaled by the parametric model's ratios.
 
-Time per sample from a trace is ``time_per_epoch / samples_per_epoch`` with the training-set sizes in
-:data:`DATASET_SAMPLES`.
+Time per sample from a trace is ``time_per_epoch / samples_per_epoch``: the trace's own
+``samples_per_epoch`` where it has one (a user's trace, :mod:`dtpo.devices.physics.user_trace`), else the
+training-set sizes in :data:`DATASET_SAMPLES` (see :func:`trace_samples_per_epoch`).
 """
 
 from __future__ import annotations
@@ -143,6 +146,27 @@ def samples_per_epoch(dataset: str) -> int:
                           f"{', '.join(DATASET_SAMPLES)}") from None
 
 
+def trace_samples_per_epoch(trace: Trace) -> int:
+    """Training samples in one epoch of ``trace``: its own ``samples_per_epoch``, else its dataset's known size.
+
+    Raises:
+        ConfigError: The trace gives no size and its dataset is not one dtpo knows.
+    """
+    return trace.samples_per_epoch if trace.samples_per_epoch is not None else samples_per_epoch(trace.dataset)
+
+
+def _samples_note(trace: Trace) -> str:
+    """Where the epoch size of ``trace`` comes from, for the assumptions."""
+    if trace.samples_per_epoch is not None:
+        return f"samples per epoch as given in {trace.source or 'the trace'}"
+    return DATASET_NOTES.get(trace.dataset, f"training-set size of {trace.dataset}")
+
+
+def _origin(trace: Trace) -> str:
+    """Who measured ``trace``: the user's file, or Zeus for the shipped traces."""
+    return f"measured trace {trace.source}" if trace.source else "Zeus NSDI'23"
+
+
 def known_workloads() -> list[str]:
     """Workloads every GPU model can simulate, as canonical ``network/dataset`` names, sorted."""
     return known_trace_workloads()
@@ -177,7 +201,7 @@ def fit_workload(trace: Trace, spec: PowerSpec | None = None) -> WorkloadFit:
     spec = spec or find_power_spec(trace.gpu)
     phys = _physics(spec)
     limits = np.array([p.power_limit_w for p in trace.points])
-    times = np.array([p.time_per_epoch_s for p in trace.points]) / samples_per_epoch(trace.dataset)
+    times = np.array([p.time_per_epoch_s for p in trace.points]) / trace_samples_per_epoch(trace)
     powers = np.array([p.average_power_w for p in trace.points])
     u = ACTIVITY_GRID[:, None]                                                # (U, 1)
     threshold = (limits[None, :] - phys.static_w) / (u * phys.dynamic_w)       # (U, n)
@@ -315,23 +339,29 @@ class CalibratedModel(GpuModel):
         """Build the model from a trace.
 
         Args:
-            trace: The measured trace (any optimizer).
+            trace: The measured trace (any optimizer): a shipped one, or a user's own
+                (:func:`dtpo.devices.physics.user_trace.load_trace_file`) on any GPU with a power spec.
             parametric: The parametric model that maps clocks to limits (default: fitted to this trace).
+
+        Raises:
+            ConfigError: The trace's GPU has no power spec, or its epoch size is unknown.
         """
         self.trace = trace
         self.spec = find_power_spec(trace.gpu)
         self.workload = trace.workload
         self.batch_size = trace.batch_size
         self.parametric = parametric or _parametric_from_trace(self.spec, trace, trace.batch_size)
-        samples = samples_per_epoch(trace.dataset)
+        samples = trace_samples_per_epoch(trace)
         self._limits = [p.power_limit_w for p in trace.points]
         self._time_s = [p.time_per_epoch_s / samples for p in trace.points]
         self._power_w = [p.average_power_w for p in trace.points]
+        spans = (self._limits[0] <= self.spec.min_power_w + 1e-6 and self._limits[-1] >= self.spec.max_power_w - 1e-6)
         self.assumptions = (
             f"calibrated on a measured trace: {trace.gpu}, {trace.workload}, batch {trace.batch_size}, "
-            f"{trace.optimizer} (Zeus NSDI'23, limits {self._limits[0]:g}-{self._limits[-1]:g} W)",
-            "piecewise-linear in the power limit between measured limits; above the largest, its values hold",
-            f"time per sample = time per epoch / {samples:,} samples ({DATASET_NOTES[trace.dataset]})",
+            f"{trace.optimizer} ({_origin(trace)}, limits {self._limits[0]:g}-{self._limits[-1]:g} W)",
+            "piecewise-linear in the power limit between measured limits"
+            + ("" if spans else "; outside them, the nearest measured point scaled by the parametric model"),
+            f"time per sample = time per epoch / {samples:,} samples ({_samples_note(trace)})",
             "an SM-clock lock reads the trace at the limit where the parametric model settles at that clock",
             "idle power while waiting = the GPU's static power (capped at its busy power)",
         )
@@ -348,6 +378,23 @@ class CalibratedModel(GpuModel):
         return (self._time_s[j - 1] + w * (self._time_s[j] - self._time_s[j - 1]),
                 self._power_w[j - 1] + w * (self._power_w[j] - self._power_w[j - 1]))
 
+    def _curve(self, limit: float) -> tuple[float, float]:
+        """Time per sample and power at ``limit``: read off the trace, or extrapolated past its ends.
+
+        Past the measured limits the nearest measured point is scaled by the parametric model's ratios between
+        that point's limit and ``limit`` (clamped to the GPU's range). The shipped traces span the whole range,
+        so for them this is :meth:`_read`.
+        """
+        low, high = self._limits[0], self._limits[-1]
+        target = min(max(limit, self.spec.min_power_w), self.spec.max_power_w)
+        edge = low if target < low else high if target > high else None
+        if edge is None:
+            return self._read(target)
+        time_s, power_w = self._read(edge)
+        at_edge, there = self.parametric.at(edge), self.parametric.at(target)
+        return (time_s * there.time_per_sample_s / at_edge.time_per_sample_s,
+                power_w * there.power_w / at_edge.power_w)
+
     def at(self, power_limit_w: float | None = None, sm_clock_mhz: float | None = None) -> OperatingPoint:
         """See :meth:`GpuModel.at`."""
         limit = self._check_limit(power_limit_w)
@@ -356,11 +403,11 @@ class CalibratedModel(GpuModel):
         i = free if sm_clock_mhz is None else min(free, self._check_clock(sm_clock_mhz))
         clock = float(self.spec.sm_clocks_mhz[i])
         if i == free:
-            time_s, power_w = self._read(limit)
+            time_s, power_w = self._curve(limit)
         else:
             equivalent = par.busy_power_w(clock)
             if equivalent >= self._limits[0]:
-                time_s, power_w = self._read(equivalent)
+                time_s, power_w = self._curve(equivalent)
             else:
                 base = par.at(max(self._limits[0], self.spec.min_power_w))
                 locked = par.at(None, clock)
@@ -398,9 +445,9 @@ def _parametric_from_trace(spec: PowerSpec, trace: Trace, batch_size: int) -> Pa
     assumptions = (
         *_physics_assumptions(spec),
         f"workload constants u={fit.activity:.2f}, m={fit.memory_fraction:.2f} fitted to the {trace.gpu} trace "
-        f"of {trace.workload} at batch {trace.batch_size}{batch_note} (rms log error {fit.rms_log_error:.3f})",
-        f"time per sample = time per epoch / {samples_per_epoch(trace.dataset):,} samples "
-        f"({DATASET_NOTES[trace.dataset]})",
+        f"({_origin(trace)}) of {trace.workload} at batch {trace.batch_size}{batch_note} "
+        f"(rms log error {fit.rms_log_error:.3f})",
+        f"time per sample = time per epoch / {trace_samples_per_epoch(trace):,} samples ({_samples_note(trace)})",
         "idle power while waiting = the GPU's static power",
     )
     return ParametricModel(spec, trace.workload, batch_size, fit.activity, fit.memory_fraction,

@@ -75,12 +75,17 @@ class Trace:
     """A workload measured at every power limit on one GPU.
 
     Attributes:
-        gpu: ``"A40"`` or ``"V100"``.
+        gpu: Canonical GPU name: ``"A40"`` or ``"V100"`` for the shipped traces; any GPU with a power spec
+            (:mod:`dtpo.devices.physics.power_specs`) for a user's own trace.
         network: e.g. ``"resnet50"``.
         dataset: e.g. ``"imagenet"``.
         batch_size: Samples per step.
         optimizer: e.g. ``"adadelta"``.
         points: Measurements, ascending by power limit.
+        samples_per_epoch: Training samples in one epoch, when the trace says so; ``None`` (the shipped traces)
+            means the known size of ``dataset`` (:data:`dtpo.devices.physics.gpu_model.DATASET_SAMPLES`).
+        source: Where the trace comes from: ``None`` for the shipped Zeus traces, else the user's file
+            (see :mod:`dtpo.devices.physics.user_trace`).
     """
 
     gpu: str
@@ -89,6 +94,8 @@ class Trace:
     batch_size: int
     optimizer: str
     points: tuple[TracePoint, ...]
+    samples_per_epoch: int | None = None
+    source: str | None = None
 
     @property
     def workload(self) -> str:

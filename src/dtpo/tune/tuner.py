@@ -1,0 +1,551 @@
+"""The power tuner: an explicit state machine that finds the GPU setting a cost metric prefers, while training.
+
+States (:class:`Phase`): ``wait`` (the first steps, not representative), ``warmup`` (after a change, until the
+GPU has settled), ``profile`` (measuring a setting), ``hold`` (the choice is in force; its cost is watched and
+a lasting drift starts the search again). Deciding what to measure next happens between two blocks and takes
+no steps of its own.
+
+It is fed *blocks*: a few consecutive steps with their time, samples and energy over all GPUs
+(:meth:`PowerTuner.feed`), and answers with the setting that must be in force for the next block. The caller
+applies it (through the journaled knob controller on real GPUs, or on simulated ones) and asks
+:attr:`PowerTuner.block_steps` how many steps the next block should have. The same code runs on real and
+simulated GPUs.
+
+The search, over one knob's candidate settings ordered from the default (maximum power limit or clocks
+floating) downwards:
+
+1. Measure the default first (it is in force anyway): it is the reference for ``MaxSlowdown`` and for what
+   profiling costs.
+2. Visit the setting a physical model predicts to be best (:mod:`dtpo.tune.prior`), then the unvisited
+   neighbours of whichever setting is best so far, outwards. A first visit is short
+   (``first_visit_steps``); the interval of each estimate comes from the per-step noise pooled over all
+   settings (:mod:`dtpo.tune.stats`).
+3. A setting whose cost is above the best by more than ``z`` standard errors of the difference is dropped
+   and never visited again; so is one that a ``MaxSlowdown`` constraint rules out. Once a setting is
+   clearly worse than the best by ``steep_rise`` *and* clearly slower than its higher neighbour (the limit
+   bites hard there), every lower setting is dropped unvisited: time only grows as the limit falls, and
+   power cannot fall fast enough to pay for it. This is what saves a full sweep's steps at the lowest limits.
+4. When every remaining setting has been visited, the survivors race: the one whose interval matters most
+   gets ``revisit_steps`` more steps, until the best is within ``tolerance`` of every survivor even at the
+   pessimistic ends of their intervals, or the profiling budget (``budget_steps_per_candidate`` times the
+   number of candidates) is spent. Then the best estimate is held.
+
+Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
+visit are compared with the visit's settled level, the time until they stay within the noise is that
+change's settling time, and later warm-ups last the largest settling seen (times 1.2) in steps, at least
+``min_warmup_steps``. Blocks measured before a visit turned out to be settled are moved out of its figures.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
+from dtpo.tune.setting import GpuSetting, Segment
+from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
+
+logger = logging.getLogger(__name__)
+
+
+class Phase(enum.Enum):
+    """Where the tuner is."""
+
+    WAIT = "wait"
+    WARMUP = "warmup"
+    PROFILE = "profile"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True)
+class TunerOptions:
+    """How the tuner searches.
+
+    Attributes:
+        wait_steps: Steps at the default before anything is measured (compilation, caches, data loaders).
+        first_visit_steps: Measured steps of a setting's first visit.
+        revisit_steps: Measured steps added per visit while the survivors race.
+        budget_steps_per_candidate: Profiling budget in steps (warm-ups included), per candidate setting.
+        z: Standard errors of a difference that make a setting clearly worse (or clearly too slow).
+        tolerance: Stop racing once the best is within this relative cost of every survivor.
+        steep_rise: Relative cost above the best that, with a clear slowdown, drops every lower setting.
+        min_warmup_steps: Fewest warm-up steps after a change.
+        max_warmup_s: Longest warm-up, in seconds, whatever the settling estimate says.
+        drift: Relative change of the held setting's cost that counts as drift (checked over
+            ``drift_window_steps`` steps, twice in a row) and starts a new search.
+        drift_window_steps: Steps per drift check while holding.
+    """
+
+    wait_steps: int = 2
+    first_visit_steps: int = 4
+    revisit_steps: int = 6
+    budget_steps_per_candidate: int = 15
+    z: float = 2.0
+    tolerance: float = 0.01
+    steep_rise: float = 0.25
+    min_warmup_steps: int = 1
+    max_warmup_s: float = 5.0
+    drift: float = 0.10
+    drift_window_steps: int = 200
+
+
+@dataclass
+class Candidate:
+    """A setting the search may visit, with what is known about it."""
+
+    index: int
+    stats: SettingStats
+    status: str = "unvisited"  # unvisited, measured, dropped (clearly worse), infeasible, pruned, chosen
+    reason: str = ""
+
+
+@dataclass
+class _Visit:
+    """The current stay at one candidate since it was applied."""
+
+    candidate: Candidate
+    target_steps: int
+    warmup_left: int
+    started_by_change: bool
+    blocks: list[tuple[float, Block]] = field(default_factory=list)  # (seconds since the change, block)
+    elapsed_s: float = 0.0
+
+
+class PowerTuner:
+    """Finds and holds the setting with the least cost; see the module docs.
+
+    Args:
+        dimensions: The knobs to tune, in order: each a function from the setting chosen so far (the
+            default for the first) to that knob's candidate settings, the first of which is the setting
+            chosen so far itself. Two dimensions tune e.g. the SM clock, then the power limit at that clock.
+        metric: What to minimise.
+        context: GPUs and maximum power for the metric.
+        options: Search parameters.
+        default: The setting in force before tuning.
+        guess: Optional model: given the candidates and the default's measured estimate, the index of the
+            candidate predicted to be best (see :mod:`dtpo.tune.prior`).
+        known: Measured profile to start from (a saved profile): with it the tuner holds its choice at once.
+    """
+
+    def __init__(self, dimensions: Sequence[Callable[[GpuSetting], list[GpuSetting]]], metric: CostMetric,
+                 context: CostContext, default: GpuSetting, options: TunerOptions | None = None,
+                 guess: Callable[[list[GpuSetting], Estimate], int] | None = None) -> None:
+        if not dimensions:
+            raise ValueError("a tuner needs at least one knob")
+        self.dimensions = list(dimensions)
+        self.metric = metric
+        self.context = context
+        self.options = options or TunerOptions()
+        self.default = default
+        self.guess = guess
+        self.phase = Phase.WAIT
+        self.current = default
+        self.choice: GpuSetting | None = None
+        self.stats: dict[GpuSetting, SettingStats] = {}
+        self.segments: list[Segment] = []
+        self.settling_s: list[float] = []
+        self.profiling_steps = 0  # steps from the start until the choice was held
+        self.steps = 0
+        self.retunes = 0
+        self.history: list[str] = []
+        self._dimension = 0
+        self._candidates: list[Candidate] = []
+        self._visit: _Visit | None = None
+        self._wait_left = self.options.wait_steps
+        self._reference: SettingStats | None = None  # the default's figures, for MaxSlowdown
+        self._budget = 0
+        self._spent = 0
+        self._hold_blocks: list[Block] = []
+        self._drift_strikes = 0
+
+    # -- what the caller asks ------------------------------------------------------------------------------
+
+    @property
+    def block_steps(self) -> int:
+        """Steps the next block should have."""
+        if self.phase is Phase.HOLD:
+            return self.options.drift_window_steps
+        if self.phase is Phase.WAIT:
+            return max(self._wait_left, 1)
+        return 1
+
+    @property
+    def holding(self) -> bool:
+        """True once a choice is in force."""
+        return self.phase is Phase.HOLD
+
+    def start_from_profile(self, measured: dict[GpuSetting, SettingStats]) -> GpuSetting:
+        """Hold the best setting of a saved profile at once (no profiling)."""
+        self.stats.update(measured)
+        default_stats = measured.get(self.default)
+        self._reference = default_stats
+        estimates = self._estimates(list(measured.values()))
+        best = self._best(estimates)
+        self._hold(best.setting, "saved profile")
+        return best.setting
+
+    # -- the state machine ----------------------------------------------------------------------------------
+
+    def feed(self, block: Block) -> GpuSetting:
+        """Account one block measured at :attr:`current`; returns the setting for the next block."""
+        if block.steps <= 0:
+            return self.current
+        self.steps += block.steps
+        if self.phase is Phase.WAIT:
+            self._record(block, "wait")
+            self._wait_left -= block.steps
+            if self._wait_left <= 0:
+                self._start_dimension()
+            return self.current
+        if self.phase is Phase.HOLD:
+            self._record(block, "hold")
+            self._watch_drift(block)
+            return self.current
+        visit = self._visit
+        assert visit is not None
+        self._spent += block.steps
+        visit.elapsed_s += block.time_s
+        visit.blocks.append((visit.elapsed_s - block.time_s, block))
+        if visit.warmup_left > 0:
+            self._record(block, "warmup")
+            visit.warmup_left -= block.steps
+            visit.candidate.stats.warmup_steps += block.steps
+            if visit.warmup_left <= 0:
+                self.phase = Phase.PROFILE
+            return self.current
+        self._record(block, "profile")
+        visit.candidate.stats.blocks.append(block)
+        if visit.candidate.stats.steps >= visit.target_steps or self._spent >= self._budget:
+            self._end_visit()
+        return self.current
+
+    def _record(self, block: Block, phase: str) -> None:
+        last = self.segments[-1] if self.segments else None
+        if last is not None and last.setting == self.current and last.phase == phase:
+            self.segments[-1] = Segment(self.current, phase, last.steps + block.steps, last.samples + block.samples,
+                                        last.time_s + block.time_s, last.energy_j + block.energy_j)
+        else:
+            self.segments.append(Segment(self.current, phase, block.steps, block.samples, block.time_s,
+                                         block.energy_j))
+
+    def _stats_of(self, setting: GpuSetting) -> SettingStats:
+        stats = self.stats.get(setting)
+        if stats is None:
+            stats = self.stats[setting] = SettingStats(setting)
+        return stats
+
+    def _start_dimension(self) -> None:
+        base = self.choice if self._dimension > 0 and self.choice is not None else self.default
+        settings = self.dimensions[self._dimension](base)
+        if not settings or settings[0] != base:
+            raise ValueError("a knob's candidates must start with the setting chosen so far")
+        self._candidates = [Candidate(i, self._stats_of(s)) for i, s in enumerate(settings)]
+        for c in self._candidates:
+            if c.stats.measured:
+                c.status = "measured"
+        self._budget = self._spent + self.options.budget_steps_per_candidate * len(settings)
+        self.choice = None
+        first = self._candidates[0]
+        target = first.stats.steps + self.options.first_visit_steps
+        self._begin_visit(first, target, changed=False)
+
+    def _begin_visit(self, candidate: Candidate, target_steps: int, changed: bool) -> None:
+        warmup = 0
+        if changed:
+            warmup = self._warmup_steps()
+        self._visit = _Visit(candidate, target_steps, warmup, changed)
+        if candidate.status == "unvisited":
+            candidate.status = "measured"
+        self.current = candidate.stats.setting
+        self.phase = Phase.WARMUP if warmup > 0 else Phase.PROFILE
+
+    def _warmup_steps(self) -> int:
+        settle = max(self.settling_s, default=0.0) * 1.2
+        settle = min(settle, self.options.max_warmup_s)
+        step_s = self._step_time_s()
+        steps = math.ceil(settle / step_s) if step_s > 0 else 0
+        return max(self.options.min_warmup_steps, steps)
+
+    def _step_time_s(self) -> float:
+        measured = [s for s in self.stats.values() if s.steps]
+        steps = sum(s.steps for s in measured)
+        return sum(s.time_s for s in measured) / steps if steps else 0.0
+
+    # -- settling ---------------------------------------------------------------------------------------------
+
+    def _end_visit(self) -> None:
+        visit = self._visit
+        assert visit is not None
+        if visit.started_by_change:
+            self._observe_settling(visit)
+        self._visit = None
+        self._decide()
+
+    def _observe_settling(self, visit: _Visit) -> None:
+        """How long after the change the blocks of this visit reached their settled level; drop earlier blocks
+        from the setting's figures."""
+        timed = visit.blocks
+        if len(timed) < 4:
+            return
+        half = timed[len(timed) // 2:]
+        level = sum(b.energy_j for _, b in half) / sum(b.time_s for _, b in half)
+        noise = self._noise()
+        settled_from = 0
+        for i, (_, block) in enumerate(timed[: len(timed) // 2]):
+            sd = level * max(noise.cost_cv, 1e-3) / math.sqrt(max(block.steps, 1)) * math.sqrt(2.0)
+            if abs(block.power_w - level) > 3.0 * sd:
+                settled_from = i + 1
+        settle_s = timed[settled_from][0] if settled_from < len(timed) else visit.elapsed_s
+        self.settling_s.append(settle_s)
+        unsettled = {id(b) for _, b in timed[:settled_from]}
+        if unsettled:
+            stats = visit.candidate.stats
+            moved = [b for b in stats.blocks if id(b) in unsettled]
+            stats.blocks = [b for b in stats.blocks if id(b) not in unsettled]
+            stats.warmup_steps += sum(b.steps for b in moved)
+            logger.debug("tuner: %s settled after %.2f s", stats.setting.label, settle_s)
+
+    # -- deciding ---------------------------------------------------------------------------------------------
+
+    def _noise(self) -> NoiseEstimate:
+        return NoiseEstimate.pooled([s for s in self.stats.values() if s.measured], self.metric, self.context)
+
+    def _estimates(self, stats: list[SettingStats]) -> list[Estimate]:
+        noise = self._noise()
+        return [estimate(s, noise, self.metric, self.context) for s in stats if s.measured]
+
+    def _feasible(self, est: Estimate, ref: Estimate | None, z: float) -> bool | None:
+        """True, False (clearly too slow) or None (not clear yet) for the metric's constraint."""
+        if not isinstance(self.metric, MaxSlowdown) or ref is None or est.setting == ref.setting:
+            return True
+        bound = self.metric.factor * ref.time_per_sample_s
+        spread = z * math.hypot(est.time_se, self.metric.factor * ref.time_se)
+        if est.time_per_sample_s - spread > bound:
+            return False
+        if est.time_per_sample_s + spread <= bound:
+            return True
+        return None
+
+    def _best(self, estimates: list[Estimate]) -> Estimate:
+        ref = self._reference_estimate()
+        feasible = [e for e in estimates if self._feasible(e, ref, 0.0)]
+        return min(feasible or estimates, key=lambda e: e.cost)
+
+    def _reference_estimate(self) -> Estimate | None:
+        """The default setting's figures (what ``MaxSlowdown`` compares with)."""
+        if self._reference is None or not self._reference.measured:
+            return None
+        return estimate(self._reference, self._noise(), self.metric, self.context)
+
+    def _decide(self) -> None:
+        opts = self.options
+        if self._reference is None and self._dimension == 0:
+            self._reference = self._candidates[0].stats
+        cands = self._candidates
+        measured = [c for c in cands if c.stats.measured]
+        estimates = {c.index: e for c, e in zip(measured, self._estimates([c.stats for c in measured]), strict=True)}
+        ref = self._reference_estimate()
+        z = t_quantile(self._noise().dof, opts.z)
+        reference = next((c for c in cands if c.stats is self._reference), None)
+        # constraint: clearly too slow settings go, and so do the lower ones when it is far too slow
+        for c in cands:
+            if c.status != "measured":
+                continue
+            verdict = self._feasible(estimates[c.index], ref, z)
+            if verdict is False:
+                c.status, c.reason = "infeasible", "slower than the allowed slowdown"
+                assert isinstance(self.metric, MaxSlowdown) and ref is not None
+                if estimates[c.index].time_per_sample_s > 1.05 * self.metric.factor * ref.time_per_sample_s:
+                    self._prune_below(c.index, "below a setting far slower than allowed")
+        live = [c for c in cands if c.status == "measured"]
+        if not live:  # everything measured is too slow: the default is always allowed
+            assert reference is not None
+            reference.status = "measured"
+            live = [reference]
+        feasible = [c for c in live if self._feasible(estimates[c.index], ref, 0.0)]
+        best = min(feasible or live, key=lambda c: estimates[c.index].cost)
+        b = estimates[best.index]
+        # drop what is clearly costlier than the best setting that is surely allowed
+        sure = [c for c in live if self._feasible(estimates[c.index], ref, z) is True]
+        anchor = min(sure, key=lambda c: estimates[c.index].cost) if sure else None
+        for c in live:
+            if anchor is None or c is best or c is anchor or c is reference and isinstance(self.metric, MaxSlowdown):
+                continue
+            e, a = estimates[c.index], estimates[anchor.index]
+            gap = e.cost - a.cost
+            if gap > z * math.hypot(e.cost_se, a.cost_se):
+                c.status, c.reason = "dropped", f"{gap / a.cost * 100:.1f} % costlier than {a.setting.label}"
+                if gap > opts.steep_rise * a.cost and self._steep(c, anchor, estimates, z):
+                    self._prune_below(c.index, f"below {c.stats.setting.label}, which is already far costlier")
+        live = [c for c in cands if c.status == "measured"]
+        if self._spent >= self._budget:
+            self._finish_dimension(best, "profiling budget spent")
+            return
+        unvisited = [c for c in cands if c.status == "unvisited"]
+        if unvisited:
+            nxt = self._next_unvisited(unvisited, best, estimates)
+            self._begin_visit(nxt, nxt.stats.steps + opts.first_visit_steps, changed=nxt.stats.setting != self.current)
+            return
+        # race the survivors
+        contenders = [c for c in live if c is not best]
+        pending = [c for c in contenders
+                   if (b.cost - estimates[c.index].cost) + z * math.hypot(estimates[c.index].cost_se, b.cost_se)
+                   > opts.tolerance * b.cost
+                   or self._feasible(estimates[c.index], ref, z) is None and estimates[c.index].cost < b.cost]
+        options_to_measure = [best, *pending]
+        spread = "cost_se"
+        if self._feasible(b, ref, z) is None and self._reference is not None:
+            # the best may be too slow: its time and the default's decide, so measure those
+            assert reference is not None
+            options_to_measure = [best, reference]
+            pending = options_to_measure
+            spread = "time_se"
+        if not pending:
+            self._finish_dimension(best, "best within tolerance of every survivor")
+            return
+        # LUCB: the best and its most dangerous challenger (the lowest optimistic cost); measure the wider one
+        noise = self._noise()
+        figures = {c.index: estimate(c.stats, noise, self.metric, self.context) for c in options_to_measure}
+        if spread == "cost_se":
+            challenger = min(pending, key=lambda c: figures[c.index].cost - z * figures[c.index].cost_se)
+            options_to_measure = [best, challenger]
+        se = {c.index: getattr(figures[c.index], spread) for c in options_to_measure}
+        pick = max(options_to_measure, key=lambda c: se[c.index])
+        if pick.stats.setting != self.current:
+            # staying put costs no warm-up: prefer the current setting if it is nearly as uncertain
+            here = next((c for c in options_to_measure if c.stats.setting == self.current), None)
+            if here is not None and se[here.index] >= 0.8 * se[pick.index]:
+                pick = here
+        self._begin_visit(pick, pick.stats.steps + opts.revisit_steps, changed=pick.stats.setting != self.current)
+
+    def _steep(self, c: Candidate, best: Candidate, estimates: dict[int, Estimate], z: float) -> bool:
+        """Whether cost and time rise clearly over two settings in a row from the best down to ``c``: the
+        setting just above ``c`` is clearly costlier and slower than the best, and ``c`` clearly costlier and
+        slower than it. One rise alone may be a measured zigzag (a limit that does not bind); two in a row
+        are the limit biting."""
+        if c.index < best.index + 2:
+            return False
+        above = self._candidates[c.index - 1]
+        if not above.stats.measured:
+            return False
+        noise = self._noise()
+        e_c, e_a, e_b = (estimates.get(x.index) or estimate(x.stats, noise, self.metric, self.context)
+                         for x in (c, above, best))
+
+        def clearly_above(hi: Estimate, lo: Estimate) -> bool:
+            return (hi.cost - lo.cost > z * math.hypot(hi.cost_se, lo.cost_se)
+                    and hi.time_per_sample_s - lo.time_per_sample_s > z * math.hypot(hi.time_se, lo.time_se))
+
+        return clearly_above(e_c, e_a) and clearly_above(e_a, e_b)
+
+    def _prune_below(self, index: int, reason: str) -> None:
+        for c in self._candidates[index + 1:]:
+            if c.status == "unvisited":
+                c.status, c.reason = "pruned", reason
+
+    def _next_unvisited(self, unvisited: list[Candidate], best: Candidate, estimates: dict[int, Estimate]
+                        ) -> Candidate:
+        measured = [c for c in self._candidates if c.stats.measured]
+        if len(measured) == 1 and self.guess is not None:
+            settings = [c.stats.setting for c in self._candidates]
+            try:
+                g = self.guess(settings, estimates[best.index])
+            except Exception as exc:  # noqa: BLE001 - a failed guess only costs search order
+                logger.debug("tuner: no model guess (%s)", exc)
+                g = None
+            if g is not None and 0 <= g < len(self._candidates) and self._candidates[g].status == "unvisited":
+                return self._candidates[g]
+        # nearest to the best first; on a tie, the side where the cost went down towards the best
+        def direction(c: Candidate) -> int:
+            side = [o for o in measured if (o.index < best.index) == (c.index < best.index) and o is not best]
+            return 1 if side and min(estimates.get(o.index, estimates[best.index]).cost for o in side) > \
+                estimates[best.index].cost else 0
+
+        return min(unvisited, key=lambda c: (abs(c.index - best.index), direction(c), -c.index))
+
+    def _finish_dimension(self, best: Candidate, why: str) -> None:
+        self.choice = best.stats.setting
+        best.status = "chosen"
+        self.history.append(f"{self.dimension_name(self._dimension)}: {best.stats.setting.label} ({why})")
+        self._dimension += 1
+        if self._dimension < len(self.dimensions):
+            self._start_dimension()
+            return
+        self._hold(best.stats.setting, why)
+
+    @staticmethod
+    def dimension_name(i: int) -> str:
+        """``"knob 1"``, ``"knob 2"``: names in the history."""
+        return f"knob {i + 1}"
+
+    def _hold(self, setting: GpuSetting, why: str) -> None:
+        self.choice = setting
+        self.current = setting
+        self.phase = Phase.HOLD
+        self.profiling_steps = self.steps
+        self._hold_blocks = []
+        self._drift_strikes = 0
+        logger.info("tuner: holding %s (%s) after %d steps", setting.label, why, self.steps)
+
+    # -- holding ------------------------------------------------------------------------------------------------
+
+    def _watch_drift(self, block: Block) -> None:
+        stats = self.stats.get(self.current)
+        if stats is None or not stats.measured or block.samples <= 0:
+            return
+        a, b = self.metric.weights(self.context)
+        cost = (a * block.time_s + b * block.energy_j) / block.samples
+        expected = stats.cost(self.metric, self.context)
+        if expected > 0 and abs(cost / expected - 1.0) > self.options.drift:
+            self._drift_strikes += 1
+        else:
+            self._drift_strikes = 0
+        if self._drift_strikes >= 2:
+            self.retunes += 1
+            logger.info("tuner: the cost of %s drifted by %+.0f %%; searching again", self.current.label,
+                        (cost / expected - 1.0) * 100)
+            self.history.append(f"drift at step {self.steps}: search again")
+            self.stats.clear()
+            self._reference = None
+            self._dimension = 0
+            self.choice = None
+            self._wait_left = 0
+            self.default_for_retune()
+            self._start_dimension()
+
+    def default_for_retune(self) -> None:
+        """A new search starts from the default setting again (the caller applies it)."""
+        self.current = self.default
+
+    # -- results ----------------------------------------------------------------------------------------------
+
+    def candidates(self) -> list[Candidate]:
+        """The current knob's candidates with their status."""
+        return list(self._candidates)
+
+    def report(self) -> dict[str, Any]:
+        """What was tried, what it cost, and the choice: plain values for the record."""
+        noise = self._noise()
+        z = self.options.z
+        rows = []
+        status = {c.stats.setting: (c.status, c.reason) for c in self._candidates}
+        for s in sorted(self.stats.values(), key=lambda s: s.setting, reverse=True):
+            if not s.measured:
+                continue
+            e = estimate(s, noise, self.metric, self.context)
+            st, why = status.get(s.setting, ("measured", ""))
+            rows.append({**s.setting.as_dict(), "steps": s.steps, "warmup_steps": s.warmup_steps,
+                         "time_per_sample_s": e.time_per_sample_s, "energy_per_sample_j": e.energy_per_sample_j,
+                         "cost": e.cost, "cost_low": e.cost - z * e.cost_se, "cost_high": e.cost + z * e.cost_se,
+                         "status": st, "reason": why})
+        return {"metric": self.metric.name, "metric_description": self.metric.describe(),
+                "unit": self.metric.unit, "phase": self.phase.value,
+                "choice": None if self.choice is None else self.choice.as_dict(),
+                "profiling_steps": self.profiling_steps, "steps": self.steps, "retunes": self.retunes,
+                "settling_s": max(self.settling_s, default=None), "noise_cv": noise.cost_cv,
+                "settings": rows, "history": list(self.history),
+                "segments": [seg.as_dict() for seg in self.segments]}
