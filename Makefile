@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.dtpo-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench bench-zeus clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py
+
+# dtpo's tuner against Zeus's GlobalPowerLimitOptimizer on simulated GPUs; installs zeus (the bench extra) if missing.
+bench-zeus: $(STAMP)
+	$(BIN)/python -c "import zeus" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	$(BIN)/python benchmarks/tuner_vs_zeus.py
 
 clean:
 	rm -rf $(VENV) runs

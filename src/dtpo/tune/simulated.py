@@ -173,10 +173,15 @@ def summary(run: SimulatedTuning, gpus: SimulatedGpu | SimulatedGpuGroup, cost: 
     best, best_cost = oracle(gpus, cost, knob)
     chosen_cost = true_cost(gpus, run.choice, cost)
     samples_per_step = len(_members(gpus)) * gpus.model.batch_size
-    profile_cost = sum(true_cost(gpus, seg.setting, cost) * seg.steps for seg in run.segments
-                       if seg.phase != "hold") * samples_per_step
+    context = context_of(gpus)
+
+    def spent(setting: GpuSetting) -> float:  # what a step costs, allowed or not (a too-slow step still costs)
+        return cost.per_sample(*true_figures(gpus, setting), context)
+
+    profile_cost = sum(spent(seg.setting) * seg.steps for seg in run.segments if seg.phase != "hold") \
+        * samples_per_step
     profiled = sum(seg.steps for seg in run.segments if seg.phase != "hold")
-    rest = max(job_steps - profiled, 0) * samples_per_step * chosen_cost
+    rest = max(job_steps - profiled, 0) * samples_per_step * spent(run.choice)
     default_cost = true_cost(gpus, run.default, cost)
     return {"choice": run.choice.as_dict(), "oracle": best.as_dict(), "cost_ratio": chosen_cost / best_cost,
             "profiling_steps": run.profiling_steps, "job_cost": profile_cost + rest,

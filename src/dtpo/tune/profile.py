@@ -1,0 +1,124 @@
+"""Saved tuning profiles: what each setting measured, kept under a fingerprint of the job.
+
+A later run of the same job (same model FLOPs per step, batch, precision, GPU model and count, knob and
+grid) finds the profile and starts at its optimum with no profiling. The profile keeps the measurements, not
+the choice, so a run with another cost metric chooses again from the same figures. Zeus's ``profile_path``
+does this by file name only: here the job identifies itself.
+
+Files are ``<folder>/<fingerprint>.json`` (default folder ``$DTPO_STATE_DIR/profiles``). A file that cannot
+be read or does not hold a profile is ignored with one warning, and the job profiles again (and overwrites
+it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from dtpo.core.record import now_iso, write_json_atomic
+from dtpo.devices.journal import state_dir
+from dtpo.tune.setting import GpuSetting
+from dtpo.tune.stats import Block, SettingStats
+
+PROFILE_SCHEMA = "dtpo.tune-profile/1"
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobFingerprint:
+    """What makes two runs the same job for tuning.
+
+    Attributes:
+        gpu: GPU model name.
+        gpus: GPUs in the job.
+        batch_size: Samples per optimizer step over all GPUs.
+        precision: Training precision (e.g. ``bf16-mixed``).
+        flops_per_step: Model FLOPs of one step on one rank, to 3 significant digits (0 when not counted).
+        knob: ``power-limit``, ``sm-clock`` or ``both``.
+        grid: The candidate grid, e.g. ``"25W"``.
+        workload: Free text naming the workload (a simulated model, a script), part of the identity.
+    """
+
+    gpu: str
+    gpus: int
+    batch_size: int
+    precision: str
+    flops_per_step: float
+    knob: str
+    grid: str
+    workload: str = ""
+
+    @property
+    def key(self) -> str:
+        """A short stable hash of the fingerprint (the profile's file name)."""
+        fields = asdict(self)
+        fields["flops_per_step"] = float(f"{self.flops_per_step:.3g}")
+        text = json.dumps(fields, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class ProfileStore:
+    """Profiles in one folder.
+
+    Args:
+        folder: Where the profiles live (default ``state_dir()/profiles``).
+    """
+
+    def __init__(self, folder: Path | str | None = None) -> None:
+        self.folder = Path(folder) if folder is not None else state_dir() / "profiles"
+
+    def path(self, fingerprint: JobFingerprint) -> Path:
+        """The file of a job's profile."""
+        return self.folder / f"{fingerprint.key}.json"
+
+    def load(self, fingerprint: JobFingerprint) -> dict[GpuSetting, SettingStats] | None:
+        """The measured settings of a saved profile, or ``None`` when there is none (or it is unusable)."""
+        path = self.path(fingerprint)
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA:
+                raise ValueError(f"not a {PROFILE_SCHEMA} file")
+            if data.get("fingerprint") != asdict(fingerprint):
+                raise ValueError("it belongs to another job")
+            measured: dict[GpuSetting, SettingStats] = {}
+            for row in data["settings"]:
+                setting = GpuSetting.from_dict(row)
+                blocks = [Block(int(b[0]), int(b[1]), float(b[2]), float(b[3])) for b in row["blocks"]]
+                if not blocks or any(b.steps <= 0 or b.samples <= 0 or b.time_s <= 0 or b.energy_j < 0
+                                     for b in blocks):
+                    raise ValueError(f"setting {setting.label} has no valid measurements")
+                measured[setting] = SettingStats(setting, blocks)
+            if not measured:
+                raise ValueError("it holds no settings")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
+                IndexError) as exc:
+            logger.warning("tuning profile %s is unusable (%s); ignoring it and profiling again", path,
+                           str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            return None
+        return measured
+
+    def save(self, fingerprint: JobFingerprint, stats: list[SettingStats], metric: str,
+             choice: GpuSetting | None) -> Path | None:
+        """Keep the measured settings of a finished search; returns the file (``None`` when it cannot be written,
+        which is logged and does not stop training)."""
+        path = self.path(fingerprint)
+        rows: list[dict[str, Any]] = [
+            {**s.setting.as_dict(),
+             "blocks": [[b.steps, b.samples, b.time_s, b.energy_j] for b in s.blocks]}
+            for s in stats if s.measured]
+        data = {"schema": PROFILE_SCHEMA, "saved_at": now_iso(), "fingerprint": asdict(fingerprint),
+                "metric": metric, "choice": None if choice is None else choice.as_dict(), "settings": rows}
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path, data)
+        except OSError as exc:
+            logger.warning("cannot save the tuning profile to %s (%s)", path, exc.strerror or exc)
+            return None
+        return path
