@@ -48,9 +48,9 @@ def changes_knobs(command: str, args: list[str]) -> bool:
     flags = {a.split("=", 1)[0] for a in args}
     observing = {"--dry-run"} & flags or any(a in ("dry-run", "observe") for a in args)
     if command in ("train", "bench"):
-        return bool({"--power-limit", "--sm-clock", "--config"} & flags) and not observing
+        return bool({"--power-limit", "--sm-clock", "--config", "--tune"} & flags) and not observing
     if command == "simulate":
-        return bool({"--sweep", "--power-limit", "--sm-clock"} & flags)
+        return bool({"--sweep", "--power-limit", "--sm-clock", "--tune"} & flags)
     return False
 
 

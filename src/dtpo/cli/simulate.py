@@ -26,6 +26,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from dtpo.cli.simulate_tune import print_tuning, run_tuning
+from dtpo.core.config import TUNE_KNOBS
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
 from dtpo.devices.physics.gpu_model import known_workloads
@@ -43,6 +45,7 @@ from dtpo.plan.simulated_job import (
 )
 from dtpo.plan.simulated_job import Progress as StepsDone
 from dtpo.telemetry.summary import make_console
+from dtpo.tune.cost import CostMetric, parse_cost
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +167,12 @@ def simulate_command(
     json_out: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
     list_models: bool = typer.Option(False, "--list", help="List GPU models and workloads (with --trace: the "
                                                            "file's traces), then exit."),
+    tune: str | None = typer.Option(
+        None, "--tune", help="Run dtpo's tuner on the simulated job: power-limit, sm-clock or both (see --cost)."),
+    cost: str = typer.Option("zeus:0.5", "--cost",
+                             help="What --tune minimises: energy, time, zeus:ETA, slowdown:FACTOR or "
+                                  "dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR."),
+    tune_step: float = typer.Option(25.0, "--tune-step", help="Power-limit grid of --tune, in watts."),
     trace: Path | None = typer.Option(
         None, "--trace",
         help="Calibrate on your own measured power-limit sweep: a CSV with the shipped Zeus columns "
@@ -195,6 +204,7 @@ def simulate_command(
         raise ConfigError(f"--sweep {sweep} already sets that knob; drop the fixed value")
     for flag, value in (("--power-limit", power_limit), ("--noise", noise), ("--counter-period", counter_period)):
         check_finite(flag, value)
+    metric = _check_tuning(tune, cost, tune_step, sweep, power_limit, sm_clock)
     if json_out is not None:
         check_json_path(json_out)
     if workload is None:
@@ -203,6 +213,15 @@ def simulate_command(
                        calibrated={"auto": None, "calibrated": True, "parametric": False}[model], seed=seed,
                        time_noise=noise, power_noise=noise, counter_period_s=counter_period,
                        straggler=parse_straggler(straggler), trace_file=None if trace is None else str(trace))
+    if tune is not None and metric is not None:
+        with SimulatedJob(config) as job, progress_bar(steps, gpus) as progress:
+            run = run_tuning(job, tune, metric, tune_step, progress)
+            data = print_tuning(console, run, job, tune, metric, tune_step)
+        if json_out is not None:
+            _write_json(json_out, {"schema": SIMULATE_SCHEMA, "config": asdict(config), "gpu": job.model.spec.name,
+                                   "workload": job.model.workload, "knob": tune, "cost": metric.name, **data})
+            console.print(f"results written to {json_out}")
+        return
     with SimulatedJob(config) as job:
         settings = 2 if sweep is None else 1 + len(sweep_values(job.gpus, sweep))
         with progress_bar(settings * steps, gpus) as progress:
@@ -261,6 +280,21 @@ def _list_traces(console: Console, trace: Path, gpu: str, batch_size: int | None
                   f"{spec.max_power_w:g} W):")
     for item in traces:
         console.print(f"  {describe_trace(item)}", highlight=False, markup=False)
+
+
+def _check_tuning(tune: str | None, cost: str, tune_step: float, sweep: str | None, power_limit: float | None,
+                  sm_clock: int | None) -> CostMetric | None:
+    """The cost metric of ``--tune`` (``None`` without it), or a one-line error for a request that cannot run."""
+    if tune is None:
+        return None
+    if tune not in TUNE_KNOBS:
+        raise ConfigError(f"--tune must be one of {', '.join(TUNE_KNOBS)}, got {tune!r}")
+    if sweep is not None or power_limit is not None or sm_clock is not None:
+        raise ConfigError("--tune chooses the settings itself; drop --sweep, --power-limit and --sm-clock")
+    check_finite("--tune-step", tune_step)
+    if tune_step <= 0:
+        raise ConfigError(f"--tune-step must be > 0 W, got {tune_step:g}")
+    return parse_cost(cost)
 
 
 def _write_json(path: Path, data: dict[str, object]) -> None:

@@ -63,7 +63,37 @@ def resolve(config: RunConfig) -> RunConfig:
     if steps <= warmup:
         raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
                           f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
+    check_tuning(resolved)
     return resolved.replace(launch={"threads_per_worker": threads_per_worker(config)})
+
+
+def check_tuning(config: RunConfig) -> None:
+    """Refuse a ``--tune`` request that cannot work, before any worker starts.
+
+    Raises:
+        ConfigError: A bad ``--cost``, fixed knobs next to ``--tune``, or no GPU whose knobs dtpo can reach.
+    """
+    tune = config.tune
+    if tune.knob is None:
+        return
+    from dtpo.devices.base import DeviceError
+    from dtpo.devices.nvml import open_nvml_gpus
+    from dtpo.tune.cost import parse_cost
+
+    parse_cost(tune.cost)
+    if config.knobs.requested:
+        raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock")
+    try:
+        gpus = [gpu for gpu in open_nvml_gpus() if gpu.knob_key is not None]
+    except DeviceError as exc:
+        gpus, why = [], str(exc)
+    else:
+        why = "no GPU with power knobs"
+    for gpu in gpus:
+        gpu.close()
+    if not gpus:
+        raise ConfigError(f"--tune {tune.knob} needs an NVIDIA GPU and this machine has none usable ({why}); `dtpo "
+                          f"simulate --tune {tune.knob} --cost {tune.cost}` runs the same tuner on simulated GPUs")
 
 
 def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:

@@ -7,6 +7,7 @@ One tree, nested keyword-only dataclasses::
       session   SessionConfig    precision, strategy, accumulation, compression, warm-up, windows
       energy    EnergyConfig     measure or not, CPU TDP, grid intensity, price
       knobs     KnobConfig       GPU power limit / SM clock held for the run, apply | dry-run | observe
+      tune      TuneConfig       GPU knob tuned while training, the cost metric, saved profiles
       launch    LaunchConfig     local workers, threads per worker, run directory
 
 Every field carries its documentation as a string right under it (read by :func:`field_docs`, so the CLI's
@@ -45,6 +46,7 @@ STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
 COMPRESSIONS: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
 KNOB_MODES: tuple[str, ...] = ("apply", "dry-run", "observe")
 BACKENDS: tuple[str, ...] = ("gloo", "nccl")
+TUNE_KNOBS: tuple[str, ...] = ("power-limit", "sm-clock", "both")
 
 MAX_STEPS = 10**9
 MAX_BATCH_SIZE = 2**20
@@ -257,6 +259,34 @@ class KnobConfig(_Section):
 
 
 @dataclass(kw_only=True)
+class TuneConfig(_Section):
+    """Tuning GPU knobs while the job trains, toward a cost metric (see ``dtpo.tune``)."""
+
+    SECTION: ClassVar[str] = "tune"
+
+    knob: str | None = field(default=None, metadata=flag("--tune"))
+    """Tune this GPU knob while training: power-limit, sm-clock or both (default: no tuning)."""
+    cost: str = field(default="zeus:0.5", metadata=flag("--cost"))
+    """What the tuner minimises: energy, time, zeus:ETA, slowdown:FACTOR or dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR."""
+    step_w: float = field(default=25.0, metadata=flag("--tune-step"))
+    """Power-limit grid of the tuner, in watts (Zeus's 25 W by default)."""
+    profile_dir: str | None = field(default=None, metadata=flag("--profile-dir"))
+    """Folder of saved tuning profiles (default: $DTPO_STATE_DIR/profiles)."""
+    fresh_profile: bool = field(default=False, metadata=flag("--fresh-profile"))
+    """Profile again even when a saved profile of the same job exists."""
+
+    def __post_init__(self) -> None:
+        if self.knob is not None:
+            self._choice("knob", TUNE_KNOBS)
+        self._check_type("cost", str, False)
+        if not self.cost.strip():
+            raise self._fail("cost", "must name a cost metric, got an empty string")
+        self._float("step_w", positive=True, maximum=1000.0)
+        self._check_type("profile_dir", str, True)
+        self._bool("fresh_profile")
+
+
+@dataclass(kw_only=True)
 class LaunchConfig(_Section):
     """How ``dtpo train`` starts its local workers."""
 
@@ -286,7 +316,7 @@ class LaunchConfig(_Section):
 
 SECTIONS: dict[str, type[_Section]] = {
     "workload": WorkloadConfig, "session": SessionConfig, "energy": EnergyConfig, "knobs": KnobConfig,
-    "launch": LaunchConfig,
+    "tune": TuneConfig, "launch": LaunchConfig,
 }
 
 
@@ -302,6 +332,8 @@ class RunConfig:
     """Energy measurement and its price."""
     knobs: KnobConfig = field(default_factory=KnobConfig)
     """GPU knobs held for the run."""
+    tune: TuneConfig = field(default_factory=TuneConfig)
+    """GPU knobs tuned while training."""
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     """Local workers and where the record goes."""
 

@@ -95,6 +95,8 @@ class RankRecord:
         knobs: The GPU knobs requested for this rank and what became of them (``applied``, ``mode``,
             ``gpus``, ``note``); ``None`` when none were requested.
         switches: Settings changed between optimizer steps (``step``, ``setting``, ``value``), in order.
+        tuning: What the GPU-knob tuner tried and chose (its report, see ``dtpo.tune.tuner``); ``None``
+            without ``--tune``.
     """
 
     rank: int
@@ -108,6 +110,7 @@ class RankRecord:
     energy: dict[str, Any] | None = None
     knobs: dict[str, Any] | None = None
     switches: list[dict[str, Any]] = field(default_factory=list)
+    tuning: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.peak_flops = measurement_or_none(self.peak_flops)

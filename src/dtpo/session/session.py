@@ -50,6 +50,7 @@ from dtpo.session.environment import describe_device, environment
 from dtpo.session.gpu_knobs import KnobCallback, rank_gpus
 from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir, now_iso
 from dtpo.session.mfu import peak_flops
+from dtpo.session.power_tuning import TuneCallback
 from dtpo.session.precision import Precision
 from dtpo.session.step_energy import EnergyCallback
 from dtpo.session.timer import StepTimer
@@ -428,6 +429,9 @@ class Session:
         if config.knobs.requested:
             gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
             out.append(KnobCallback(config.knobs, gpus))
+        if config.tune.knob is not None:
+            gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
+            out.append(TuneCallback(config.tune, config.knobs.mode, gpus))
         if self.energy is not None:
             out.append(self.energy)
         if progress:

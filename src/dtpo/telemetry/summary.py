@@ -100,6 +100,9 @@ def totals_table(record: RunRecord) -> Table:
     knobs = knob_summary(record)
     if knobs:
         rows.append(("GPU knobs", knobs))
+    tuning = tuning_summary(record)
+    if tuning:
+        rows.append(("GPU tuning", tuning))
     switches = sorted({(s["step"], s["setting"], str(s["value"])) for r in record.ranks for s in r.switches})
     if switches:
         rows.append(("switched", "; ".join(f"step {step}: {name} = {value}" for step, name, value in switches)))
@@ -123,6 +126,39 @@ def knob_summary(record: RunRecord) -> str | None:
         f"SM clock {first['sm_clock_mhz']} MHz" if first.get("sm_clock_mhz") is not None else "") if part)
     notes = sorted({k.get("note", "") for k in per_rank})
     return f"{asked}: {'; '.join(n for n in notes if n)}"
+
+
+def tuning_summary(record: RunRecord) -> str | None:
+    """One line on what the GPU-knob tuner chose, what profiling cost and what the choice saves (rank 0's
+    report: every rank decides the same); a model figure is labelled as one."""
+    report = next((r.tuning for r in record.ranks if r.tuning), None)
+    if not report:
+        return None
+    if report.get("choice") is None and not report.get("model"):
+        return escape(f"--tune {report.get('knob')}: {report.get('note') or 'no choice was made'}")
+    metric = report.get("metric_description") or report.get("metric")
+    if report.get("source") == "model":
+        model = report.get("model") or {}
+        choice = model.get("choice")
+        label = _setting_label(choice) if choice else "nothing"
+        return escape(f"model figure, nothing changed ({report.get('mode')} mode): would choose {label} for {metric}")
+    parts = [f"{_setting_label(report['choice'])} for {metric}"]
+    cost = report.get("profiling_cost")
+    if cost:
+        parts.append(f"{report.get('profiling_steps')} profiling steps ({cost['extra_time_s']:+.1f} s, "
+                     f"{cost['extra_energy_j'] / 1e3:+.2f} kJ against the default)")
+    saving = report.get("projected_saving")
+    if saving:
+        parts.append(f"saves {saving['cost_fraction'] * 100:.1f} % of the cost per sample over the remaining "
+                     f"{saving['samples']:,} samples (estimate)")
+    if (report.get("profile") or {}).get("loaded"):
+        parts.append("from a saved profile")
+    return escape("; ".join(parts))
+
+
+def _setting_label(setting: dict[str, Any]) -> str:
+    text = f"{setting['power_limit_w']:g} W"
+    return text if setting.get("sm_clock_mhz") is None else f"{text}, SM {setting['sm_clock_mhz']} MHz"
 
 
 def energy_rows(record: RunRecord) -> list[tuple[str, str]]:

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dtpo.core.config import TUNE_KNOBS
 from dtpo.core.errors import ConfigError
 from dtpo.devices.base import Device, KnobLimits
 from dtpo.devices.knobs import KnobController
 from dtpo.tune.setting import GpuSetting
 
-TUNE_KNOBS: tuple[str, ...] = ("power-limit", "sm-clock", "both")
 DEFAULT_STEP_W = 25.0
 DEFAULT_CLOCK_POINTS = 16
 

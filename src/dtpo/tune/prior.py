@@ -37,7 +37,9 @@ def spec_for(gpu_name: str) -> PowerSpec | None:
     return None
 
 
-def _model_matching(spec: PowerSpec, default: GpuSetting, power_per_gpu_w: float) -> ParametricModel:
+def model_matching(spec: PowerSpec, default: GpuSetting, power_per_gpu_w: float) -> ParametricModel:
+    """The parametric model of ``spec`` (memory share 0.3) whose average power at ``default`` is closest to the
+    measured ``power_per_gpu_w``."""
     best: tuple[float, ParametricModel] | None = None
     for u in ACTIVITIES:
         model = ParametricModel(spec, "tuned job", 1, float(u), ASSUMED_MEMORY_SHARE, 1.0)
@@ -55,7 +57,7 @@ def model_guess(spec: PowerSpec, metric: CostMetric, context: CostContext
 
     def guess(settings: list[GpuSetting], default: Estimate) -> int:
         power = default.energy_per_sample_j / default.time_per_sample_s / max(context.gpus, 1)
-        model = _model_matching(spec, settings[0], power)
+        model = model_matching(spec, settings[0], power)
         base = model.at(settings[0].power_limit_w, settings[0].sm_clock_mhz)
         best_index, best_cost = 0, float("inf")
         for i, s in enumerate(settings):

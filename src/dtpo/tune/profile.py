@@ -12,6 +12,7 @@ it).
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import json
 import logging
@@ -19,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dtpo.core.record import now_iso, write_json_atomic
+from dtpo.core.record import write_json_atomic
 from dtpo.devices.journal import state_dir
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Block, SettingStats
@@ -113,7 +114,8 @@ class ProfileStore:
             {**s.setting.as_dict(),
              "blocks": [[b.steps, b.samples, b.time_s, b.energy_j] for b in s.blocks]}
             for s in stats if s.measured]
-        data = {"schema": PROFILE_SCHEMA, "saved_at": now_iso(), "fingerprint": asdict(fingerprint),
+        saved_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+        data = {"schema": PROFILE_SCHEMA, "saved_at": saved_at, "fingerprint": asdict(fingerprint),
                 "metric": metric, "choice": None if choice is None else choice.as_dict(), "settings": rows}
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

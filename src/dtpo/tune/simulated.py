@@ -11,6 +11,7 @@ asks for through a journaled :class:`~dtpo.devices.knobs.KnobController`, until 
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def tune_on_simulated(gpus: SimulatedGpu | SimulatedGpuGroup, cost: CostMetric, 
         journal_dir: Folder of the knob journal (default: a temporary one, removed afterwards).
         options: Search parameters.
         step_w: Power-limit grid step.
-        controller: Knob controller to use instead of a fresh ``apply`` one.
+        controller: Knob controller to use instead of a fresh ``apply`` one (already entered; the caller restores).
         progress: Called with the steps just simulated.
         use_model_guess: Let the physical prior pick the second setting to visit.
     """
@@ -107,11 +108,13 @@ def tune_on_simulated(gpus: SimulatedGpu | SimulatedGpuGroup, cost: CostMetric, 
     default = default_setting(gpus)
     knobs = make_knobs(knob, limits, step_w)
     guess = model_guess(gpus.model.spec, cost, context) if use_model_guess else None
-    tuner = PowerTuner([k.candidates for k in knobs], cost, context, default, options, guess)
+    tuner = PowerTuner(knobs, cost, context, default, options, guess)
     with tempfile.TemporaryDirectory(prefix="dtpo-tune-") as tmp:
-        journal = KnobJournal(Path(journal_dir or tmp) / "knobs-journal.json")
-        ctl = controller or KnobController("apply", journal, log=lambda _: None)
-        with ctl:
+        # a controller of the caller's stays theirs to restore; a fresh one restores when tuning ends
+        own = controller is None
+        ctl = controller or KnobController("apply", KnobJournal(Path(journal_dir or tmp) / "knobs-journal.json"),
+                                           log=lambda _: None)
+        with ctl if own else contextlib.nullcontext(ctl):
             applied = GpuSetting(gpus.knob_state().power_limit_w, None)
             if applied != default:
                 apply_setting(ctl, [gpus], default, applied)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
+from dtpo.tune.knob import Knob
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
 
@@ -85,7 +86,7 @@ class TunerOptions:
     revisit_steps: int = 6
     budget_steps_per_candidate: int = 15
     z: float = 2.0
-    tolerance: float = 0.01
+    tolerance: float = 0.02
     steep_rise: float = 0.25
     min_warmup_steps: int = 1
     max_warmup_s: float = 5.0
@@ -119,24 +120,25 @@ class PowerTuner:
     """Finds and holds the setting with the least cost; see the module docs.
 
     Args:
-        dimensions: The knobs to tune, in order: each a function from the setting chosen so far (the
-            default for the first) to that knob's candidate settings, the first of which is the setting
-            chosen so far itself. Two dimensions tune e.g. the SM clock, then the power limit at that clock.
+        dimensions: The knobs to tune, in order: each a :class:`~dtpo.tune.knob.Knob` (or a bare function) from
+            the setting chosen so far (the default for the first) to that knob's candidate settings, the first
+            of which is the setting chosen so far itself. Two dimensions tune e.g. the SM clock, then the power
+            limit at that clock.
         metric: What to minimise.
         context: GPUs and maximum power for the metric.
         options: Search parameters.
         default: The setting in force before tuning.
         guess: Optional model: given the candidates and the default's measured estimate, the index of the
             candidate predicted to be best (see :mod:`dtpo.tune.prior`).
-        known: Measured profile to start from (a saved profile): with it the tuner holds its choice at once.
     """
 
-    def __init__(self, dimensions: Sequence[Callable[[GpuSetting], list[GpuSetting]]], metric: CostMetric,
+    def __init__(self, dimensions: Sequence[Callable[[GpuSetting], list[GpuSetting]] | Knob], metric: CostMetric,
                  context: CostContext, default: GpuSetting, options: TunerOptions | None = None,
                  guess: Callable[[list[GpuSetting], Estimate], int] | None = None) -> None:
         if not dimensions:
             raise ValueError("a tuner needs at least one knob")
-        self.dimensions = list(dimensions)
+        self.dimensions = [d.candidates if isinstance(d, Knob) else d for d in dimensions]
+        self.dimension_names = [d.name if isinstance(d, Knob) else f"knob {i + 1}" for i, d in enumerate(dimensions)]
         self.metric = metric
         self.context = context
         self.options = options or TunerOptions()
@@ -470,17 +472,12 @@ class PowerTuner:
     def _finish_dimension(self, best: Candidate, why: str) -> None:
         self.choice = best.stats.setting
         best.status = "chosen"
-        self.history.append(f"{self.dimension_name(self._dimension)}: {best.stats.setting.label} ({why})")
+        self.history.append(f"{self.dimension_names[self._dimension]}: {best.stats.setting.label} ({why})")
         self._dimension += 1
         if self._dimension < len(self.dimensions):
             self._start_dimension()
             return
         self._hold(best.stats.setting, why)
-
-    @staticmethod
-    def dimension_name(i: int) -> str:
-        """``"knob 1"``, ``"knob 2"``: names in the history."""
-        return f"knob {i + 1}"
 
     def _hold(self, setting: GpuSetting, why: str) -> None:
         self.choice = setting
@@ -489,7 +486,7 @@ class PowerTuner:
         self.profiling_steps = self.steps
         self._hold_blocks = []
         self._drift_strikes = 0
-        logger.info("tuner: holding %s (%s) after %d steps", setting.label, why, self.steps)
+        logger.debug("tuner: holding %s (%s) after %d steps", setting.label, why, self.steps)
 
     # -- holding ------------------------------------------------------------------------------------------------
 
@@ -527,8 +524,39 @@ class PowerTuner:
         """The current knob's candidates with their status."""
         return list(self._candidates)
 
-    def report(self) -> dict[str, Any]:
-        """What was tried, what it cost, and the choice: plain values for the record."""
+    def profiling_cost(self) -> dict[str, float] | None:
+        """Extra time and energy the steps before holding cost against running them at the default setting
+        (measured figures of each setting; ``None`` before the default is measured)."""
+        ref = self._reference if self._reference is not None else self.stats.get(self.default)
+        if ref is None or not ref.measured:
+            return None
+        spent = [seg for seg in self.segments if seg.phase != "hold"]
+        time_s = sum(seg.time_s for seg in spent)
+        energy_j = sum(seg.energy_j for seg in spent)
+        samples = sum(seg.samples for seg in spent)
+        return {"steps": sum(seg.steps for seg in spent), "time_s": time_s, "energy_j": energy_j,
+                "extra_time_s": time_s - samples * ref.time_per_sample_s,
+                "extra_energy_j": energy_j - samples * ref.energy_per_sample_j}
+
+    def projected_saving(self, remaining_samples: int) -> dict[str, float] | None:
+        """What holding the choice instead of the default saves over ``remaining_samples`` (estimates)."""
+        ref = self._reference if self._reference is not None else self.stats.get(self.default)
+        chosen = self.stats.get(self.choice) if self.choice is not None else None
+        if ref is None or chosen is None or not ref.measured or not chosen.measured:
+            return None
+        cost_ref, cost_choice = ref.cost(self.metric, self.context), chosen.cost(self.metric, self.context)
+        return {"samples": remaining_samples,
+                "time_s": remaining_samples * (ref.time_per_sample_s - chosen.time_per_sample_s),
+                "energy_j": remaining_samples * (ref.energy_per_sample_j - chosen.energy_per_sample_j),
+                "cost": remaining_samples * (cost_ref - cost_choice),
+                "cost_fraction": 1.0 - cost_choice / cost_ref if cost_ref else 0.0}
+
+    def report(self, remaining_samples: int | None = None) -> dict[str, Any]:
+        """What was tried, what it cost, and the choice: plain values for the record.
+
+        Args:
+            remaining_samples: Samples the job trains after the choice was held, for the projected saving.
+        """
         noise = self._noise()
         z = self.options.z
         rows = []
@@ -547,5 +575,7 @@ class PowerTuner:
                 "choice": None if self.choice is None else self.choice.as_dict(),
                 "profiling_steps": self.profiling_steps, "steps": self.steps, "retunes": self.retunes,
                 "settling_s": max(self.settling_s, default=None), "noise_cv": noise.cost_cv,
-                "settings": rows, "history": list(self.history),
+                "settings": rows, "history": list(self.history), "default": self.default.as_dict(),
+                "profiling_cost": self.profiling_cost(),
+                "projected_saving": None if remaining_samples is None else self.projected_saving(remaining_samples),
                 "segments": [seg.as_dict() for seg in self.segments]}
