@@ -285,6 +285,7 @@ def _list_traces(console: Console, trace: Path, gpu: str, batch_size: int | None
 def _check_tuning(tune: str | None, cost: str, tune_step: float, sweep: str | None, power_limit: float | None,
                   sm_clock: int | None) -> CostMetric | None:
     """The cost metric of ``--tune`` (``None`` without it), or a one-line error for a request that cannot run."""
+    metric = parse_cost(cost)
     if tune is None:
         return None
     if tune not in TUNE_KNOBS:
@@ -294,7 +295,7 @@ def _check_tuning(tune: str | None, cost: str, tune_step: float, sweep: str | No
     check_finite("--tune-step", tune_step)
     if tune_step <= 0:
         raise ConfigError(f"--tune-step must be > 0 W, got {tune_step:g}")
-    return parse_cost(cost)
+    return metric
 
 
 def _write_json(path: Path, data: dict[str, object]) -> None:

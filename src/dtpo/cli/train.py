@@ -73,14 +73,14 @@ def check_tuning(config: RunConfig) -> None:
     Raises:
         ConfigError: A bad ``--cost``, fixed knobs next to ``--tune``, or no GPU whose knobs dtpo can reach.
     """
-    tune = config.tune
-    if tune.knob is None:
-        return
     from dtpo.devices.base import DeviceError
     from dtpo.devices.nvml import open_nvml_gpus
     from dtpo.tune.cost import parse_cost
 
+    tune = config.tune
     parse_cost(tune.cost)
+    if tune.knob is None:
+        return
     if config.knobs.requested:
         raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock")
     try:

@@ -33,7 +33,7 @@ from dtpo.devices.base import Device, KnobError
 from dtpo.devices.knobs import KnobController, log_knob_action
 from dtpo.tune.cost import CostContext, parse_cost
 from dtpo.tune.knob import apply_setting, make_knobs
-from dtpo.tune.prior import model_guess, spec_for
+from dtpo.tune.prior import model_guess, spec_for, within_limits
 from dtpo.tune.profile import JobFingerprint, ProfileStore
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Block
@@ -238,6 +238,7 @@ class TuneCallback(Callback):
         if spec is None or default_stats is None or not default_stats.measured:
             return {"choice": None, "note": f"no power model of {self.gpus[0].info.name}: nothing to predict"}
         power = default_stats.energy_per_sample_j / default_stats.time_per_sample_s / tuner.context.gpus
+        spec = within_limits(spec, self.gpus[0].knob_limits())
         model = model_matching(spec, tuner.default, power)
         with tempfile.TemporaryDirectory(prefix="dtpo-tune-model-") as tmp:
             gpu = SimulatedGpu(SimulatedGpuConfig(spec.name, "observed job", counter_period_s=0.0),

@@ -9,11 +9,13 @@ is measured before a choice is made, so a poor guess costs steps, never the resu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
 
 from dtpo.core.errors import ConfigError
+from dtpo.devices.base import KnobLimits
 from dtpo.devices.physics.gpu_model import ParametricModel
 from dtpo.devices.physics.power_specs import POWER_SPECS, PowerSpec, find_power_spec
 from dtpo.tune.cost import CostContext, CostMetric
@@ -35,6 +37,18 @@ def spec_for(gpu_name: str) -> PowerSpec | None:
         if spec.name.lower().split("-")[0] in words:
             return spec
     return None
+
+
+def within_limits(spec: PowerSpec, limits: KnobLimits | None) -> PowerSpec:
+    """``spec`` with the power-limit range and clocks a real GPU reports (a PCIe card of a model whose figures
+    are the SXM part's, an admin's narrower range), so a model of it only proposes settings it accepts."""
+    if limits is None:
+        return spec
+    changes: dict[str, object] = {"max_power_w": limits.max_power_limit_w, "min_power_w": limits.min_power_limit_w}
+    if limits.sm_clocks_mhz:
+        clocks = tuple(sorted(limits.sm_clocks_mhz))
+        changes.update(sm_clocks_mhz=clocks, min_sm_mhz=clocks[0], max_sm_mhz=clocks[-1])
+    return dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
 
 
 def model_matching(spec: PowerSpec, default: GpuSetting, power_per_gpu_w: float) -> ParametricModel:

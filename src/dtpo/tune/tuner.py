@@ -86,7 +86,7 @@ class TunerOptions:
     revisit_steps: int = 6
     budget_steps_per_candidate: int = 15
     z: float = 2.0
-    tolerance: float = 0.02
+    tolerance: float = 0.01
     steep_rise: float = 0.25
     min_warmup_steps: int = 1
     max_warmup_s: float = 5.0
