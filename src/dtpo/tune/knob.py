@@ -66,8 +66,9 @@ def clock_grid(limits: KnobLimits, points: int = DEFAULT_CLOCK_POINTS) -> list[i
 
 def make_knobs(which: str, limits: KnobLimits, step_w: float = DEFAULT_STEP_W,
                clock_points: int = DEFAULT_CLOCK_POINTS) -> list[Knob]:
-    """The knobs to tune for ``--tune which``, in the order they are searched (for ``both``: the SM clock at
-    the maximum limit, then the power limit at the chosen clock).
+    """The knobs to tune for ``--tune which``, in the order they are searched (for ``both``: the power limit
+    with clocks floating, then an SM-clock lock under the chosen limit: a lock above the clock the limit
+    settles at changes nothing, one below it can still save).
 
     Raises:
         ConfigError: Unknown knob name, or SM clocks asked of a GPU that cannot lock them.
@@ -90,7 +91,7 @@ def make_knobs(which: str, limits: KnobLimits, step_w: float = DEFAULT_STEP_W,
         return [base, *rest]
 
     clock = Knob("sm-clock", by_clock)
-    return [clock] if which == "sm-clock" else [clock, power]
+    return [clock] if which == "sm-clock" else [power, clock]
 
 
 def apply_setting(controller: KnobController, devices: Sequence[Device], setting: GpuSetting,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class GpuSetting:
     """A power limit and an optional SM-clock lock, the same on every GPU of the job.
 
@@ -17,6 +17,11 @@ class GpuSetting:
 
     power_limit_w: float
     sm_clock_mhz: int | None = None
+
+    @property
+    def sort_key(self) -> tuple[float, float]:
+        """Orders settings from the least to the most power they allow (floating clocks above any lock)."""
+        return self.power_limit_w, float("inf") if self.sm_clock_mhz is None else float(self.sm_clock_mhz)
 
     @property
     def label(self) -> str:

@@ -353,6 +353,9 @@ class PowerTuner:
         ref = self._reference_estimate()
         z = t_quantile(self._noise().dof, opts.z)
         reference = next((c for c in cands if c.stats is self._reference), None)
+        for c in cands:  # a drop holds only while the evidence does: judge again against today's figures
+            if c.status == "dropped":
+                c.status, c.reason = "measured", ""
         # constraint: clearly too slow settings go, and so do the lower ones when it is far too slow
         for c in cands:
             if c.status != "measured":
@@ -561,7 +564,7 @@ class PowerTuner:
         z = self.options.z
         rows = []
         status = {c.stats.setting: (c.status, c.reason) for c in self._candidates}
-        for s in sorted(self.stats.values(), key=lambda s: s.setting, reverse=True):
+        for s in sorted(self.stats.values(), key=lambda s: s.setting.sort_key, reverse=True):
             if not s.measured:
                 continue
             e = estimate(s, noise, self.metric, self.context)
