@@ -292,17 +292,37 @@ class SimulatedGpu(_SimulatedKnobs):
         self._rng = np.random.default_rng([config.seed, config.index])
         self.now_s = 0.0  # the simulated clock
         self._energy_j = 0.0  # true cumulative energy
+        self._energy_before = 0.0  # true energy when the latest advance began
+        self._counter_j = 0.0  # what the counter shows: the true energy at its latest update
         self._last_power_w = operating_point(self.model, self.store.default).idle_power_w
 
     # -- Device -----------------------------------------------------------------------------------------
 
     def energy_j(self) -> float:
-        """Energy as the counter shows it: it last updated at the latest multiple of the counter period."""
+        """Energy as the counter shows it: the true energy at the latest multiple of the counter period."""
+        return self._energy_j if self.config.counter_period_s <= 0 else self._counter_j
+
+    def _tick_counter(self, start_s: float, times: np.ndarray, joules: np.ndarray) -> None:
+        """Move the counter to the latest period boundary the clock passed while running ``times`` seconds of
+        intervals spending ``joules`` each (in order, from ``start_s``), interpolating inside the interval the
+        boundary falls in, so the counter reads what the GPU really spent up to that instant."""
         period = self.config.counter_period_s
         if period <= 0:
-            return self._energy_j
-        behind = self.now_s - math.floor(self.now_s / period) * period
-        return max(0.0, self._energy_j - behind * self._last_power_w)
+            return
+        boundary = math.floor(self.now_s / period) * period
+        if boundary <= start_s:
+            return
+        ends = np.cumsum(times)
+        spent = np.cumsum(joules)
+        offset = boundary - start_s
+        i = int(np.searchsorted(ends, offset, side="left"))
+        if i >= len(ends):
+            self._counter_j = self._energy_j
+            return
+        begin_t = ends[i - 1] if i else 0.0
+        begin_j = spent[i - 1] if i else 0.0
+        share = (offset - begin_t) / times[i] if times[i] > 0 else 1.0
+        self._counter_j = self._energy_before + float(begin_j + share * (spent[i] - begin_j))
 
     def power_w(self) -> float | None:
         """Power during the latest simulated interval."""
@@ -344,8 +364,15 @@ class SimulatedGpu(_SimulatedKnobs):
             wait = np.asarray(wait_s, dtype=float)
             wait_total, last_wait = float(wait.sum()), float(wait[-1]) if wait.size else 0.0
         joules = float(compute_s @ power_w) + wait_total * idle_w
+        start = self.now_s
+        self._energy_before = self._energy_j
         self.now_s += float(compute_s.sum()) + wait_total
         self._energy_j += joules
+        if self.config.counter_period_s > 0 and compute_s.size:
+            waits = np.broadcast_to(np.asarray(wait_s, dtype=float), compute_s.shape)
+            times = np.stack([compute_s, waits], axis=1).ravel()
+            spent = np.stack([compute_s * np.asarray(power_w, dtype=float), waits * idle_w], axis=1).ravel()
+            self._tick_counter(start, times, spent)
         if compute_s.size:
             self._last_power_w = idle_w if last_wait > 0 else float(power_w[-1])
         return joules
@@ -353,8 +380,11 @@ class SimulatedGpu(_SimulatedKnobs):
     def idle(self, seconds: float) -> float:
         """Sit idle for ``seconds`` of simulated time; returns the joules spent."""
         idle_w = self.operating_point().idle_power_w
+        start = self.now_s
+        self._energy_before = self._energy_j
         self.now_s += seconds
         self._energy_j += seconds * idle_w
+        self._tick_counter(start, np.array([seconds]), np.array([seconds * idle_w]))
         self._last_power_w = idle_w
         return seconds * idle_w
 

@@ -37,7 +37,7 @@ from dtpo.tune.prior import model_guess, spec_for, within_limits
 from dtpo.tune.profile import JobFingerprint, ProfileStore
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Block
-from dtpo.tune.tuner import Phase, PowerTuner
+from dtpo.tune.tuner import Phase, PowerTuner, TunerOptions
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,10 @@ class TuneCallback(Callback):
         default = GpuSetting(limits.max_power_limit_w, None)
         spec = spec_for(self.gpus[0].info.name)
         guess = model_guess(spec, self.metric, context) if spec is not None else None
-        self.tuner = PowerTuner(knobs, self.metric, context, default, guess=guess)
+        # NVML's energy counter updates every few tens of milliseconds (power polling every 0.1 s without one):
+        # blocks and warm-ups span a few updates, so rounding and the previous setting's late energy stay out
+        self.tuner = PowerTuner(knobs, self.metric, context, default, TunerOptions(min_block_s=0.2, min_warmup_s=0.1),
+                                guess=guess)
         self.controller = KnobController(self.mode, log=log_knob_action)
         self.controller.__enter__()
         current = GpuSetting(self.gpus[0].knob_state().power_limit_w, None)

@@ -12,7 +12,6 @@ asks for through a journaled :class:`~dtpo.devices.knobs.KnobController`, until 
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,7 +94,8 @@ def tune_on_simulated(gpus: SimulatedGpu | SimulatedGpuGroup, cost: CostMetric, 
         knob: Which knob(s).
         max_steps: Give up holding nothing after this many steps (the tuner then holds its best so far).
         job_steps: Simulate the whole job of this many steps (tuning included); ``None``: stop once holding.
-        journal_dir: Folder of the knob journal (default: a temporary one, removed afterwards).
+        journal_dir: Folder of the knob journal (default: the machine's, so ``dtpo restore`` finds a killed
+            run's changes).
         options: Search parameters.
         step_w: Power-limit grid step.
         controller: Knob controller to use instead of a fresh ``apply`` one (already entered; the caller restores).
@@ -108,27 +108,29 @@ def tune_on_simulated(gpus: SimulatedGpu | SimulatedGpuGroup, cost: CostMetric, 
     default = default_setting(gpus)
     knobs = make_knobs(knob, limits, step_w)
     guess = model_guess(gpus.model.spec, cost, context) if use_model_guess else None
+    if options is None:  # blocks and warm-ups span the energy counter's updates, as they would on NVML
+        period = gpus.config.counter_period_s
+        options = TunerOptions(min_block_s=2.0 * period, min_warmup_s=period)
     tuner = PowerTuner(knobs, cost, context, default, options, guess)
-    with tempfile.TemporaryDirectory(prefix="dtpo-tune-") as tmp:
-        # a controller of the caller's stays theirs to restore; a fresh one restores when tuning ends
-        own = controller is None
-        ctl = controller or KnobController("apply", KnobJournal(Path(journal_dir or tmp) / "knobs-journal.json"),
-                                           log=lambda _: None)
-        with ctl if own else contextlib.nullcontext(ctl):
-            applied = GpuSetting(gpus.knob_state().power_limit_w, None)
-            if applied != default:
-                apply_setting(ctl, [gpus], default, applied)
-            applied = default
-            total = job_steps if job_steps is not None else max_steps
-            while tuner.steps < total and (job_steps is not None or not tuner.holding):
-                n = min(tuner.block_steps, total - tuner.steps)
-                wanted = tuner.feed(simulate_block(gpus, n))
-                if progress is not None:
-                    progress(n)
-                if wanted != applied:
-                    apply_setting(ctl, [gpus], wanted, applied)
-                    applied = wanted
-            choice = tuner.choice or tuner.current
+    # a controller of the caller's stays theirs to restore; a fresh one restores when tuning ends
+    own = controller is None
+    journal = KnobJournal(Path(journal_dir) / "knobs-journal.json") if journal_dir is not None else KnobJournal()
+    ctl = controller or KnobController("apply", journal, log=lambda _: None)
+    with ctl if own else contextlib.nullcontext(ctl):
+        applied = GpuSetting(gpus.knob_state().power_limit_w, None)
+        if applied != default:
+            apply_setting(ctl, [gpus], default, applied)
+        applied = default
+        total = job_steps if job_steps is not None else max_steps
+        while tuner.steps < total and (job_steps is not None or not tuner.holding):
+            n = min(tuner.block_steps, total - tuner.steps)
+            wanted = tuner.feed(simulate_block(gpus, n))
+            if progress is not None:
+                progress(n)
+            if wanted != applied:
+                apply_setting(ctl, [gpus], wanted, applied)
+                applied = wanted
+        choice = tuner.choice or tuner.current
     return SimulatedTuning(tuner, list(tuner.segments), choice, tuner.profiling_steps or tuner.steps,
                            tuner.steps, default)
 

@@ -75,6 +75,10 @@ class TunerOptions:
         tolerance: Stop racing once the best is within this relative cost of every survivor.
         steep_rise: Relative cost above the best that, with a clear slowdown, drops every lower setting.
         min_warmup_steps: Fewest warm-up steps after a change.
+        min_warmup_s: Shortest warm-up in seconds (at least one update period of the energy counter, so the
+            previous setting's energy, which a lagging counter reports late, falls into the warm-up).
+        min_block_s: Shortest block in seconds while profiling (a few counter periods, so a block's energy is
+            not mostly the counter's rounding).
         max_warmup_s: Longest warm-up, in seconds, whatever the settling estimate says.
         drift: Relative change of the held setting's cost that counts as drift (checked over
             ``drift_window_steps`` steps, twice in a row) and starts a new search.
@@ -89,6 +93,8 @@ class TunerOptions:
     tolerance: float = 0.01
     steep_rise: float = 0.25
     min_warmup_steps: int = 1
+    min_warmup_s: float = 0.0
+    min_block_s: float = 0.0
     max_warmup_s: float = 5.0
     drift: float = 0.10
     drift_window_steps: int = 200
@@ -158,6 +164,8 @@ class PowerTuner:
         self._candidates: list[Candidate] = []
         self._visit: _Visit | None = None
         self._wait_left = self.options.wait_steps
+        self._last_step_s = 0.0
+        self._settled_deviations: list[float] = []
         self._reference: SettingStats | None = None  # the default's figures, for MaxSlowdown
         self._budget = 0
         self._spent = 0
@@ -173,6 +181,8 @@ class PowerTuner:
             return self.options.drift_window_steps
         if self.phase is Phase.WAIT:
             return max(self._wait_left, 1)
+        if self.options.min_block_s > 0 and self._last_step_s > 0:
+            return max(1, math.ceil(self.options.min_block_s / self._last_step_s))
         return 1
 
     @property
@@ -197,6 +207,8 @@ class PowerTuner:
         if block.steps <= 0:
             return self.current
         self.steps += block.steps
+        if block.time_s > 0:
+            self._last_step_s = block.time_s / block.steps
         if self.phase is Phase.WAIT:
             self._record(block, "wait")
             self._wait_left -= block.steps
@@ -253,7 +265,7 @@ class PowerTuner:
         self.choice = None
         first = self._candidates[0]
         target = first.stats.steps + self.options.first_visit_steps
-        self._begin_visit(first, target, changed=False)
+        self._begin_visit(first, target, changed=first.stats.setting != self.current)
 
     def _begin_visit(self, candidate: Candidate, target_steps: int, changed: bool) -> None:
         warmup = 0
@@ -266,9 +278,9 @@ class PowerTuner:
         self.phase = Phase.WARMUP if warmup > 0 else Phase.PROFILE
 
     def _warmup_steps(self) -> int:
-        settle = max(self.settling_s, default=0.0) * 1.2
+        settle = max(self.settling_s, default=0.0) * 1.2 + self.options.min_warmup_s
         settle = min(settle, self.options.max_warmup_s)
-        step_s = self._step_time_s()
+        step_s = self._step_time_s() or self._last_step_s
         steps = math.ceil(settle / step_s) if step_s > 0 else 0
         return max(self.options.min_warmup_steps, steps)
 
@@ -295,11 +307,22 @@ class PowerTuner:
             return
         half = timed[len(timed) // 2:]
         level = sum(b.energy_j for _, b in half) / sum(b.time_s for _, b in half)
-        noise = self._noise()
+        if level <= 0:
+            return
+        # the spread of one settled step's power: the median absolute deviation of the later halves of all visits
+        # so far (robust to the overshoot being looked for, and steady once a few visits are in)
+        self._settled_deviations += [abs(b.power_w / level - 1.0) * math.sqrt(max(b.steps, 1)) for _, b in half]
+        deviations = sorted(self._settled_deviations)
+        spread = 1.4826 * deviations[len(deviations) // 2]
+        if len(deviations) < 8:  # too few yet: the pooled noise, which errs towards seeing no settling
+            spread = max(spread, self._noise().cost_cv)
+        spread = max(spread, 2e-3)
         settled_from = 0
-        for i, (_, block) in enumerate(timed[: len(timed) // 2]):
-            sd = level * max(noise.cost_cv, 1e-3) / math.sqrt(max(block.steps, 1)) * math.sqrt(2.0)
-            if abs(block.power_w - level) > 3.0 * sd:
+        half_steps = sum(max(b.steps, 1) for _, b in half)
+        for i, (_, block) in enumerate(timed[: (2 * len(timed)) // 3]):
+            # four standard errors of the difference to the level: a settled block almost never gets there by
+            # chance (over a whole search), a GPU still settling from a change does
+            if abs(block.power_w / level - 1.0) > 4.0 * spread * math.sqrt(1 / max(block.steps, 1) + 1 / half_steps):
                 settled_from = i + 1
         settle_s = timed[settled_from][0] if settled_from < len(timed) else visit.elapsed_s
         self.settling_s.append(settle_s)
@@ -383,7 +406,8 @@ class PowerTuner:
             e, a = estimates[c.index], estimates[anchor.index]
             gap = e.cost - a.cost
             if gap > z * math.hypot(e.cost_se, a.cost_se):
-                c.status, c.reason = "dropped", f"{gap / a.cost * 100:.1f} % costlier than {a.setting.label}"
+                share = f"{gap / a.cost * 100:.1f} % " if a.cost > 0 else ""
+                c.status, c.reason = "dropped", f"{share}costlier than {a.setting.label}"
                 if gap > opts.steep_rise * a.cost and self._steep(c, anchor, estimates, z):
                     self._prune_below(c.index, f"below {c.stats.setting.label}, which is already far costlier")
         live = [c for c in cands if c.status == "measured"]
@@ -514,12 +538,7 @@ class PowerTuner:
             self._dimension = 0
             self.choice = None
             self._wait_left = 0
-            self.default_for_retune()
-            self._start_dimension()
-
-    def default_for_retune(self) -> None:
-        """A new search starts from the default setting again (the caller applies it)."""
-        self.current = self.default
+            self._start_dimension()  # back to the default, warmed up like any change
 
     # -- results ----------------------------------------------------------------------------------------------
 
