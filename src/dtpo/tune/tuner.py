@@ -111,6 +111,17 @@ class Candidate:
 
 
 @dataclass
+class _Judgement:
+    """What one decision works from: every measured setting's estimate, the default's (``MaxSlowdown``'s
+    reference) and how many standard errors make a difference clear."""
+
+    estimates: dict[int, Estimate]
+    ref: Estimate | None
+    z: float
+    reference: Candidate | None
+
+
+@dataclass
 class _Visit:
     """The current stay at one candidate since it was applied."""
 
@@ -367,89 +378,97 @@ class PowerTuner:
         return estimate(self._reference, self._noise(), self.metric, self.context)
 
     def _decide(self) -> None:
-        opts = self.options
+        """Between two blocks, after a visit: judge every measured setting again, then visit the next
+        unvisited one, race the survivors, or hold the best."""
         if self._reference is None and self._dimension == 0:
             self._reference = self._candidates[0].stats
         cands = self._candidates
         measured = [c for c in cands if c.stats.measured]
-        estimates = {c.index: e for c, e in zip(measured, self._estimates([c.stats for c in measured]), strict=True)}
-        ref = self._reference_estimate()
-        z = t_quantile(self._noise().dof, opts.z)
-        reference = next((c for c in cands if c.stats is self._reference), None)
+        j = _Judgement(estimates=dict(zip((c.index for c in measured),
+                                          self._estimates([c.stats for c in measured]), strict=True)),
+                       ref=self._reference_estimate(), z=t_quantile(self._noise().dof, self.options.z),
+                       reference=next((c for c in cands if c.stats is self._reference), None))
         for c in cands:  # a drop holds only while the evidence does: judge again against today's figures
             if c.status == "dropped":
                 c.status, c.reason = "measured", ""
-        # constraint: clearly too slow settings go, and so do the lower ones when it is far too slow
-        for c in cands:
-            if c.status != "measured":
-                continue
-            verdict = self._feasible(estimates[c.index], ref, z)
-            if verdict is False:
-                c.status, c.reason = "infeasible", "slower than the allowed slowdown"
-                assert isinstance(self.metric, MaxSlowdown) and ref is not None
-                if estimates[c.index].time_per_sample_s > 1.05 * self.metric.factor * ref.time_per_sample_s:
-                    self._prune_below(c.index, "below a setting far slower than allowed")
+        self._rule_out_too_slow(j)
         live = [c for c in cands if c.status == "measured"]
         if not live:  # everything measured is too slow: the default is always allowed
-            assert reference is not None
-            reference.status = "measured"
-            live = [reference]
-        feasible = [c for c in live if self._feasible(estimates[c.index], ref, 0.0)]
-        best = min(feasible or live, key=lambda c: estimates[c.index].cost)
-        b = estimates[best.index]
-        # drop what is clearly costlier than the best setting that is surely allowed
-        sure = [c for c in live if self._feasible(estimates[c.index], ref, z) is True]
-        anchor = min(sure, key=lambda c: estimates[c.index].cost) if sure else None
-        for c in live:
-            if anchor is None or c is best or c is anchor or c is reference and isinstance(self.metric, MaxSlowdown):
-                continue
-            e, a = estimates[c.index], estimates[anchor.index]
-            gap = e.cost - a.cost
-            if gap > z * math.hypot(e.cost_se, a.cost_se):
-                share = f"{gap / a.cost * 100:.1f} % " if a.cost > 0 else ""
-                c.status, c.reason = "dropped", f"{share}costlier than {a.setting.label}"
-                if gap > opts.steep_rise * a.cost and self._steep(c, anchor, estimates, z):
-                    self._prune_below(c.index, f"below {c.stats.setting.label}, which is already far costlier")
-        live = [c for c in cands if c.status == "measured"]
+            assert j.reference is not None
+            j.reference.status = "measured"
+            live = [j.reference]
+        feasible = [c for c in live if self._feasible(j.estimates[c.index], j.ref, 0.0)]
+        best = min(feasible or live, key=lambda c: j.estimates[c.index].cost)
+        self._drop_costlier(j, live, best)
         if self._spent >= self._budget:
             self._finish_dimension(best, "profiling budget spent")
             return
         unvisited = [c for c in cands if c.status == "unvisited"]
         if unvisited:
-            nxt = self._next_unvisited(unvisited, best, estimates)
-            self._begin_visit(nxt, nxt.stats.steps + opts.first_visit_steps, changed=nxt.stats.setting != self.current)
+            nxt = self._next_unvisited(unvisited, best, j.estimates)
+            self._begin_visit(nxt, nxt.stats.steps + self.options.first_visit_steps,
+                              changed=nxt.stats.setting != self.current)
             return
-        # race the survivors
-        contenders = [c for c in live if c is not best]
-        pending = [c for c in contenders
-                   if (b.cost - estimates[c.index].cost) + z * math.hypot(estimates[c.index].cost_se, b.cost_se)
-                   > opts.tolerance * b.cost
-                   or self._feasible(estimates[c.index], ref, z) is None and estimates[c.index].cost < b.cost]
-        options_to_measure = [best, *pending]
+        self._race(j, [c for c in cands if c.status == "measured"], best)
+
+    def _rule_out_too_slow(self, j: _Judgement) -> None:
+        """``MaxSlowdown``: settings clearly too slow go, and every lower one with a setting far too slow."""
+        for c in self._candidates:
+            if c.status != "measured" or self._feasible(j.estimates[c.index], j.ref, j.z) is not False:
+                continue
+            c.status, c.reason = "infeasible", "slower than the allowed slowdown"
+            assert isinstance(self.metric, MaxSlowdown) and j.ref is not None
+            if j.estimates[c.index].time_per_sample_s > 1.05 * self.metric.factor * j.ref.time_per_sample_s:
+                self._prune_below(c.index, "below a setting far slower than allowed")
+
+    def _drop_costlier(self, j: _Judgement, live: list[Candidate], best: Candidate) -> None:
+        """Drop what is clearly costlier than the cheapest setting that is surely allowed; where cost and time
+        rise steeply below the best, drop every lower setting unvisited."""
+        sure = [c for c in live if self._feasible(j.estimates[c.index], j.ref, j.z) is True]
+        if not sure:
+            return
+        anchor = min(sure, key=lambda c: j.estimates[c.index].cost)
+        a = j.estimates[anchor.index]
+        for c in live:
+            if c is best or c is anchor or c is j.reference and isinstance(self.metric, MaxSlowdown):
+                continue
+            e = j.estimates[c.index]
+            gap = e.cost - a.cost
+            if gap <= j.z * math.hypot(e.cost_se, a.cost_se):
+                continue
+            share = f"{gap / a.cost * 100:.1f} % " if a.cost > 0 else ""
+            c.status, c.reason = "dropped", f"{share}costlier than {a.setting.label}"
+            if gap > self.options.steep_rise * a.cost and self._steep(c, anchor, j.estimates, j.z):
+                self._prune_below(c.index, f"below {c.stats.setting.label}, which is already far costlier")
+
+    def _race(self, j: _Judgement, live: list[Candidate], best: Candidate) -> None:
+        """Every candidate is visited or ruled out: hold the best once it is within tolerance of every survivor,
+        else measure more of the best or its most dangerous challenger (LUCB), whichever is less certain. When
+        the best may be too slow for ``MaxSlowdown``, measure it and the default instead (their times decide)."""
+        b, z = j.estimates[best.index], j.z
+        pending = [c for c in live if c is not best and (
+            (b.cost - j.estimates[c.index].cost) + z * math.hypot(j.estimates[c.index].cost_se, b.cost_se)
+            > self.options.tolerance * b.cost
+            or self._feasible(j.estimates[c.index], j.ref, z) is None and j.estimates[c.index].cost < b.cost)]
         spread = "cost_se"
-        if self._feasible(b, ref, z) is None and self._reference is not None:
-            # the best may be too slow: its time and the default's decide, so measure those
-            assert reference is not None
-            options_to_measure = [best, reference]
-            pending = options_to_measure
-            spread = "time_se"
+        if self._feasible(b, j.ref, z) is None and j.reference is not None:
+            pending, spread = [j.reference], "time_se"
         if not pending:
             self._finish_dimension(best, "best within tolerance of every survivor")
             return
-        # LUCB: the best and its most dangerous challenger (the lowest optimistic cost); measure the wider one
         noise = self._noise()
-        figures = {c.index: estimate(c.stats, noise, self.metric, self.context) for c in options_to_measure}
-        if spread == "cost_se":
-            challenger = min(pending, key=lambda c: figures[c.index].cost - z * figures[c.index].cost_se)
-            options_to_measure = [best, challenger]
-        se = {c.index: getattr(figures[c.index], spread) for c in options_to_measure}
-        pick = max(options_to_measure, key=lambda c: se[c.index])
-        if pick.stats.setting != self.current:
-            # staying put costs no warm-up: prefer the current setting if it is nearly as uncertain
-            here = next((c for c in options_to_measure if c.stats.setting == self.current), None)
-            if here is not None and se[here.index] >= 0.8 * se[pick.index]:
-                pick = here
-        self._begin_visit(pick, pick.stats.steps + opts.revisit_steps, changed=pick.stats.setting != self.current)
+        figures = {c.index: estimate(c.stats, noise, self.metric, self.context) for c in [best, *pending]}
+        challenger = min(pending, key=lambda c: figures[c.index].cost - z * figures[c.index].cost_se)
+        if spread == "time_se":
+            challenger = pending[0]
+        pair = [best, challenger]
+        se = {c.index: getattr(figures[c.index], spread) for c in pair}
+        pick = max(pair, key=lambda c: se[c.index])
+        here = next((c for c in pair if c.stats.setting == self.current), None)
+        if here is not None and se[here.index] >= 0.8 * se[pick.index]:
+            pick = here  # staying put costs no warm-up: prefer it when nearly as uncertain
+        self._begin_visit(pick, pick.stats.steps + self.options.revisit_steps,
+                          changed=pick.stats.setting != self.current)
 
     def _steep(self, c: Candidate, best: Candidate, estimates: dict[int, Estimate], z: float) -> bool:
         """Whether cost and time rise clearly over two settings in a row from the best down to ``c``: the
