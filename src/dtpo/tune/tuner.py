@@ -69,6 +69,8 @@ class TunerOptions:
     Attributes:
         wait_steps: Steps at the default before anything is measured (compilation, caches, data loaders).
         first_visit_steps: Measured steps of a setting's first visit.
+        quick_look_steps: A first visit ends after this many steps when the setting is already clearly costlier
+            than the best so far.
         revisit_steps: Measured steps added per visit while the survivors race.
         budget_steps_per_candidate: Profiling budget in steps (warm-ups included), per candidate setting.
         z: Standard errors of a difference that make a setting clearly worse (or clearly too slow).
@@ -87,7 +89,8 @@ class TunerOptions:
 
     wait_steps: int = 2
     first_visit_steps: int = 4
-    revisit_steps: int = 6
+    quick_look_steps: int = 2
+    revisit_steps: int = 8
     budget_steps_per_candidate: int = 15
     z: float = 2.0
     tolerance: float = 0.01
@@ -244,9 +247,27 @@ class PowerTuner:
             return self.current
         self._record(block, "profile")
         visit.candidate.stats.blocks.append(block)
-        if visit.candidate.stats.steps >= visit.target_steps or self._spent >= self._budget:
+        if (visit.candidate.stats.steps >= visit.target_steps or self._spent >= self._budget
+                or self._already_clearly_worse(visit)):
             self._end_visit()
         return self.current
+
+    def _already_clearly_worse(self, visit: _Visit) -> bool:
+        """A first visit ends after ``quick_look_steps`` when the setting is already clearly costlier than the
+        best measured so far: the steps go to the settings still in the running."""
+        stats = visit.candidate.stats
+        if visit.candidate.status != "measured" or stats.steps < self.options.quick_look_steps \
+                or stats.steps >= self.options.first_visit_steps or len(stats.blocks) < 1:
+            return False
+        others = [c.stats for c in self._candidates if c.status == "measured" and c is not visit.candidate
+                  and c.stats.steps >= self.options.first_visit_steps]
+        if not others or isinstance(self.metric, MaxSlowdown):
+            return False
+        noise = self._noise()
+        best = min((estimate(o, noise, self.metric, self.context) for o in others), key=lambda e: e.cost)
+        mine = estimate(stats, noise, self.metric, self.context)
+        z = t_quantile(noise.dof, self.options.z)
+        return mine.cost - best.cost > z * math.hypot(mine.cost_se, best.cost_se)
 
     def _record(self, block: Block, phase: str) -> None:
         last = self.segments[-1] if self.segments else None
@@ -322,7 +343,10 @@ class PowerTuner:
             return
         # the spread of one settled step's power: the median absolute deviation of the later halves of all visits
         # so far (robust to the overshoot being looked for, and steady once a few visits are in)
-        self._settled_deviations += [abs(b.power_w / level - 1.0) * math.sqrt(max(b.steps, 1)) for _, b in half]
+        # (deviations from the mean of the very blocks they come from are smaller by sqrt((n - 1) / n): undo it)
+        unshrink = math.sqrt(len(half) / (len(half) - 1))
+        self._settled_deviations += [abs(b.power_w / level - 1.0) * math.sqrt(max(b.steps, 1)) * unshrink
+                                     for _, b in half]
         deviations = sorted(self._settled_deviations)
         spread = 1.4826 * deviations[len(deviations) // 2]
         if len(deviations) < 8:  # too few yet: the pooled noise, which errs towards seeing no settling
@@ -331,9 +355,10 @@ class PowerTuner:
         settled_from = 0
         half_steps = sum(max(b.steps, 1) for _, b in half)
         for i, (_, block) in enumerate(timed[: (2 * len(timed)) // 3]):
-            # four standard errors of the difference to the level: a settled block almost never gets there by
-            # chance (over a whole search), a GPU still settling from a change does
-            if abs(block.power_w / level - 1.0) > 4.0 * spread * math.sqrt(1 / max(block.steps, 1) + 1 / half_steps):
+            # six (estimated) standard errors of the difference to the level: a settled block does not get there
+            # by chance over a whole search, even with the spread estimated from few blocks; a GPU still settling
+            # from a change (tens of % off) does
+            if abs(block.power_w / level - 1.0) > 6.0 * spread * math.sqrt(1 / max(block.steps, 1) + 1 / half_steps):
                 settled_from = i + 1
         settle_s = timed[settled_from][0] if settled_from < len(timed) else visit.elapsed_s
         self.settling_s.append(settle_s)
@@ -389,7 +414,7 @@ class PowerTuner:
                        ref=self._reference_estimate(), z=t_quantile(self._noise().dof, self.options.z),
                        reference=next((c for c in cands if c.stats is self._reference), None))
         for c in cands:  # a drop holds only while the evidence does: judge again against today's figures
-            if c.status == "dropped":
+            if c.status in ("dropped", "infeasible"):
                 c.status, c.reason = "measured", ""
         self._rule_out_too_slow(j)
         live = [c for c in cands if c.status == "measured"]
@@ -446,22 +471,27 @@ class PowerTuner:
         else measure more of the best or its most dangerous challenger (LUCB), whichever is less certain. When
         the best may be too slow for ``MaxSlowdown``, measure it and the default instead (their times decide)."""
         b, z = j.estimates[best.index], j.z
-        pending = [c for c in live if c is not best and (
-            (b.cost - j.estimates[c.index].cost) + z * math.hypot(j.estimates[c.index].cost_se, b.cost_se)
-            > self.options.tolerance * b.cost
-            or self._feasible(j.estimates[c.index], j.ref, z) is None and j.estimates[c.index].cost < b.cost)]
+        pending = [c for c in live if c is not best and
+                   (b.cost - j.estimates[c.index].cost) + z * math.hypot(j.estimates[c.index].cost_se, b.cost_se)
+                   > self.options.tolerance * b.cost]
         spread = "cost_se"
-        if self._feasible(b, j.ref, z) is None and j.reference is not None:
-            pending, spread = [j.reference], "time_se"
+        # MaxSlowdown: whether the best, or a cheaper setting, is fast enough is decided by its time and the
+        # default's: measure whichever of the two is less certain
+        unsure = [c for c in live if (c is best or j.estimates[c.index].cost < b.cost)
+                  and self._feasible(j.estimates[c.index], j.ref, z) is None]
+        if unsure and j.reference is not None:
+            pending, spread = [min(unsure, key=lambda c: j.estimates[c.index].cost)], "time_se"
         if not pending:
             self._finish_dimension(best, "best within tolerance of every survivor")
             return
         noise = self._noise()
-        figures = {c.index: estimate(c.stats, noise, self.metric, self.context) for c in [best, *pending]}
-        challenger = min(pending, key=lambda c: figures[c.index].cost - z * figures[c.index].cost_se)
+        figures = {c.index: estimate(c.stats, noise, self.metric, self.context)
+                   for c in [best, *pending, *([j.reference] if j.reference is not None else [])]}
         if spread == "time_se":
-            challenger = pending[0]
-        pair = [best, challenger]
+            assert j.reference is not None
+            pair = [pending[0], j.reference] if pending[0] is not j.reference else [pending[0]]
+        else:
+            pair = [best, min(pending, key=lambda c: figures[c.index].cost - z * figures[c.index].cost_se)]
         se = {c.index: getattr(figures[c.index], spread) for c in pair}
         pick = max(pair, key=lambda c: se[c.index])
         here = next((c for c in pair if c.stats.setting == self.current), None)
