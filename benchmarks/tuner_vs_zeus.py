@@ -18,7 +18,9 @@ How it is judged, always on the noise-free model (the truth) over Zeus's grid of
 * the oracle is the grid limit of least true cost (``slowdown:F``: least true energy among limits whose true
   time is at most F times the true time at the maximum limit);
 * each tuner's choice costs ``true cost / oracle cost`` (for ``slowdown:F`` the cost is energy; a choice whose
-  true time is more than F times the maximum limit's is flagged as a violation and misses the oracle goal);
+  true time is more than F times the maximum limit's, beyond the noise interval ``2 σ sqrt(2/40)`` of a time
+  ratio measured over Zeus's 40-step windows (0.45 % at σ 1 %, 1.3 % at σ 3 %), is flagged as a violation and
+  misses the oracle goal);
 * profiling: steps until the choice was held, their measured time and energy (simulated clock and energy
   counter), and what they cost beyond running the same steps at the default (maximum) limit;
 * a whole job of ``--job-steps`` steps: the true per-step cost at the setting in force over the profiling
@@ -416,14 +418,25 @@ def job_cost(truth: Truth, run: TunerRun, job_steps: int) -> float:
     return total + left * truth.cost(run.choice)
 
 
-def score(truth: Truth, run: TunerRun, job_steps: int) -> Score:
+def slowdown_tolerance(noise: float) -> float:
+    """How far past a slowdown factor a choice may land before it counts as a violation: two standard errors of
+    the ratio of two 40-step mean step times at this noise (Zeus's profile length), i.e. the noise interval
+    within which no tuner measuring that long can tell a setting's slowdown from the factor."""
+    return 2.0 * noise * math.sqrt(2.0 / 40.0)
+
+
+def score(truth: Truth, run: TunerRun, job_steps: int, noise: float) -> Score:
     """Judge ``run`` on the noise-free model."""
     default_s, default_j = truth.default_step()
     oracle = truth.oracle_cost
     job = job_cost(truth, run, job_steps)
+    violation = False
+    if isinstance(truth.metric, MaxSlowdown):
+        slowdown = truth.step(run.choice)[0] / default_s
+        violation = slowdown > truth.metric.factor * (1.0 + slowdown_tolerance(noise))
     return Score(
         choice_w=run.choice.power_limit_w, ratio=truth.cost(run.choice) / oracle,
-        violation=not truth.feasible(run.choice), profiling_steps=run.profiling_steps,
+        violation=violation, profiling_steps=run.profiling_steps,
         profile_time_s=run.profile_time_s, profile_energy_j=run.profile_energy_j,
         extra_time_s=run.profile_time_s - run.profiling_steps * default_s,
         extra_energy_j=run.profile_energy_j - run.profiling_steps * default_j,
@@ -489,7 +502,7 @@ def run_case(trace: Trace, model: GpuModel, metric: CostMetric, noise: float, se
             log.error("%s, %s, noise %g, seed %d: %s%s", trace.label, metric, noise, seed, case.error,
                       "" if options.verbose else " (traceback with --verbose)", exc_info=options.verbose)
             return case
-        case.scores[name] = score(truth, run, options.job_steps)
+        case.scores[name] = score(truth, run, options.job_steps, noise)
         case.details[name] = run.detail
         log.info("%s %s σ=%g %s: %s (×%.4f oracle), %d steps", trace.label, metric, noise, name,
                  run.choice.label, case.scores[name].ratio, run.profiling_steps)
