@@ -76,3 +76,27 @@ def test_scaling_rows_and_table_from_typed_records() -> None:
     Console(file=out, width=PIPE_WIDTH).print(bench_table(rows, "bench"))
     text = out.getvalue()
     assert "80.0" in text and "n/a" in text and "…" not in text
+
+
+def test_the_tuning_line_shows_the_choice_its_cost_and_a_model_figure_as_one() -> None:
+    run = record()
+    run.ranks[0].tuning = {
+        "knob": "power-limit", "metric": "energy", "metric_description": "energy per sample", "source": "measured",
+        "choice": {"power_limit_w": 200.0, "sm_clock_mhz": None}, "profiling_steps": 55,
+        "profiling_cost": {"steps": 55, "time_s": 10.0, "energy_j": 2000.0, "extra_time_s": 1.5,
+                           "extra_energy_j": -800.0},
+        "projected_saving": {"samples": 100_000, "time_s": -30.0, "energy_j": 9000.0, "cost": 9000.0,
+                             "cost_fraction": 0.19},
+        "profile": {}}
+    text = " ".join(render(run).split())
+    assert "GPU tuning 200 W for energy per sample; 55 profiling steps (+1.5 s, -0.80 kJ against the default)" in text
+    assert "saves 19.0 % of the cost per sample over the remaining 100,000 samples (estimate)" in text
+
+    run.ranks[0].tuning = {"knob": "power-limit", "metric": "energy", "source": "model", "mode": "observe",
+                           "choice": None, "model": {"choice": {"power_limit_w": 250.0, "sm_clock_mhz": None}}}
+    text = " ".join(render(run).split())
+    assert "model figure, nothing changed (observe mode): would choose 250 W for energy" in text
+
+
+def test_no_tuning_line_without_tune() -> None:
+    assert "GPU tuning" not in render(record())
