@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import TuneConfig
-from dtpo.devices.base import Device, KnobError
+from dtpo.devices.base import Device, KnobError, KnobLimits
 from dtpo.devices.knobs import KnobController, log_knob_action
 from dtpo.tune.cost import CostContext, parse_cost
 from dtpo.tune.knob import apply_setting, make_knobs
@@ -78,14 +78,15 @@ class TuneCallback(Callback):
 
     def on_train_start(self, session: Any) -> None:
         """Build the tuner from the GPUs' knob ranges and put them at the default setting."""
-        if not self.gpus:
+        limits = self.gpus[0].knob_limits() if self.gpus else None
+        if not self._ranks_agree(session, limits):
+            self.gpus = []  # every rank tunes, or none: the block all-reduces need them all
+        if not self.gpus or limits is None:
             if session.rank == 0:
-                log.warning("tune: no GPU with power knobs on this rank, so --tune %s does nothing here "
-                            "(`dtpo simulate --tune %s` runs the same tuner on simulated GPUs)",
+                log.warning("tune: not every rank has a GPU with power knobs (the same range on all), so --tune %s "
+                            "does nothing (`dtpo simulate --tune %s` runs the same tuner on simulated GPUs)",
                             self.config.knob, self.config.knob)
             return
-        limits = self.gpus[0].knob_limits()
-        assert limits is not None
         knobs = make_knobs(self.config.knob or "power-limit", limits, self.config.step_w)
         context = CostContext(gpus=session.world_size * len(self.gpus), max_power_w=limits.max_power_limit_w)
         default = GpuSetting(limits.max_power_limit_w, None)
@@ -101,6 +102,19 @@ class TuneCallback(Callback):
         self._apply(default, current)
         if self.controller.mode != "apply":
             self._to_model_mode()
+
+    @staticmethod
+    def _ranks_agree(session: Any, limits: KnobLimits | None) -> bool:
+        """Whether every rank has GPU knobs with the same power-limit range (one all-reduce pair when distributed):
+        ranks must search the same candidates to reach the same decisions."""
+        mine = [1.0, limits.min_power_limit_w, limits.max_power_limit_w] if limits is not None else [0.0, 0.0, 0.0]
+        if not session.ctx.distributed:
+            return bool(mine[0])
+        low = torch.tensor(mine, dtype=torch.float64, device=session.device)
+        high = low.clone()
+        dist.all_reduce(low, op=dist.ReduceOp.MIN)
+        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        return bool(low[0].item() == 1.0 and torch.equal(low, high))
 
     def _apply(self, setting: GpuSetting, previous: GpuSetting | None) -> None:
         assert self.controller is not None
