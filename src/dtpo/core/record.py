@@ -97,6 +97,8 @@ class RankRecord:
         switches: Settings changed between optimizer steps (``step``, ``setting``, ``value``), in order.
         tuning: What the GPU-knob tuner tried and chose (its report, see ``dtpo.tune.tuner``); ``None``
             without ``--tune``.
+        slack: This rank's wait for the slowest rank, learned online window by window (see
+            ``dtpo.session.slack``); ``None`` when not tracked.
     """
 
     rank: int
@@ -111,6 +113,7 @@ class RankRecord:
     knobs: dict[str, Any] | None = None
     switches: list[dict[str, Any]] = field(default_factory=list)
     tuning: dict[str, Any] | None = None
+    slack: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.peak_flops = measurement_or_none(self.peak_flops)

@@ -27,23 +27,31 @@ from dtpo.core.record import EnergyTotals, RankRecord, Restart, RunRecord, StepR
 BREAKDOWN_PARTS = ("data_wait_s", "compute_s", "comm_exposed_s", "sync_wait_s", "optimizer_s")
 
 
+def ready_s(step: StepRecord, previous: StepRecord | None) -> float:
+    """Seconds from leaving the previous step's collective to this step's last gradient bucket."""
+    return (previous.optimizer_s if previous is not None else 0.0) + step.data_wait_s + step.compute_s
+
+
+def sync_waits(ready: list[float], tails: list[float | None]) -> list[float | None]:
+    """Each rank's wait for the slowest one in one step (``None`` where its tail was not measured): the
+    latest-ready rank sets the pace, and nobody waits longer than its own tail."""
+    latest = max(ready)
+    return [None if tail is None else min(max(latest - mine, 0.0), tail)
+            for mine, tail in zip(ready, tails, strict=True)]
+
+
 def split_tail(ranks: list[RankRecord]) -> None:
     """Fill ``sync_wait_s`` and ``comm_exposed_s`` of every step that all ranks recorded."""
     if not ranks:
         return
     count = min(len(r.steps) for r in ranks)
     for i in range(count):
-        ready = []
-        for r in ranks:
+        ready = [ready_s(r.steps[i], r.steps[i - 1] if i > 0 else None) for r in ranks]
+        waits = sync_waits(ready, [r.steps[i].tail_s for r in ranks])
+        for r, wait in zip(ranks, waits, strict=True):
             step = r.steps[i]
-            before = r.steps[i - 1].optimizer_s if i > 0 else 0.0
-            ready.append(before + step.data_wait_s + step.compute_s)
-        latest = max(ready)
-        for r, my_ready in zip(ranks, ready, strict=True):
-            step = r.steps[i]
-            if step.tail_s is None:
+            if wait is None or step.tail_s is None:
                 continue
-            wait = min(max(latest - my_ready, 0.0), step.tail_s)
             step.sync_wait_s = wait
             step.comm_exposed_s = step.tail_s - wait
 
