@@ -17,6 +17,7 @@ from torch import nn
 import dtpo
 from dtpo.core.config import TuneConfig
 from dtpo.session.power_tuning import TuneCallback
+from dtpo.tune.tuner import TunerOptions
 
 pytestmark = pytest.mark.slow
 
@@ -24,8 +25,9 @@ pytestmark = pytest.mark.slow
 def _train(rank: int, world_size: int, out: str, knobs_on: list[int]) -> None:
     os.environ["DTPO_STATE_DIR"] = str(Path(out) / f"state{rank}")
     gpu = FakeGpu(f"gpu{rank}")
+    # one-step blocks (the fake GPU has no counter to wait for), so the search ends within the run
     callback = TuneCallback(TuneConfig(knob="power-limit", cost="time", profile_dir=str(Path(out) / "profiles")),
-                            "apply", [gpu] if rank in knobs_on else [])
+                            "apply", [gpu] if rank in knobs_on else [], options=TunerOptions())
     session = dtpo.Session(warmup_steps=1, count_flops=False, progress=False, energy=False,
                            run_dir=Path(out) / "run", callbacks=[callback])
     torch.manual_seed(0)

@@ -50,12 +50,15 @@ class TuneCallback(Callback):
         mode: The knob mode (``apply``, ``dry-run``, ``observe``).
         gpus: This rank's GPUs with knobs.
         clock: Seconds for block times (``time.perf_counter``; tests pass their own).
+        options: Search parameters (default: blocks of at least 0.2 s and warm-ups of at least 0.1 s, since
+            NVML's energy counter updates every few tens of milliseconds, or power is polled every 0.1 s).
     """
 
     def __init__(self, config: TuneConfig, mode: str, gpus: list[Device],
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, options: TunerOptions | None = None) -> None:
         self.config = config
         self.clock = clock
+        self.options = options or TunerOptions(min_block_s=0.2, min_warmup_s=0.1)
         self.mode = mode
         self.gpus = gpus
         self.metric = parse_cost(config.cost)
@@ -92,10 +95,7 @@ class TuneCallback(Callback):
         default = GpuSetting(limits.max_power_limit_w, None)
         spec = spec_for(self.gpus[0].info.name)
         guess = model_guess(spec, self.metric, context) if spec is not None else None
-        # NVML's energy counter updates every few tens of milliseconds (power polling every 0.1 s without one):
-        # blocks and warm-ups span a few updates, so rounding and the previous setting's late energy stay out
-        self.tuner = PowerTuner(knobs, self.metric, context, default, TunerOptions(min_block_s=0.2, min_warmup_s=0.1),
-                                guess=guess)
+        self.tuner = PowerTuner(knobs, self.metric, context, default, self.options, guess=guess)
         self.controller = KnobController(self.mode, log=log_knob_action)
         self.controller.__enter__()
         current = GpuSetting(self.gpus[0].knob_state().power_limit_w, None)
