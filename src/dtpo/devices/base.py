@@ -115,6 +115,10 @@ class Device(ABC):
         """Current knob settings."""
         raise KnobError(f"{self.info.name} has no knobs")
 
+    def sm_clock_mhz(self) -> float | None:
+        """The SM clock the device runs at right now, if it can tell (below a lock when a power limit binds)."""
+        return None
+
     def set_power_limit(self, watts: float) -> None:
         """Set the power limit (watts, within :meth:`knob_limits`)."""
         raise KnobError(f"{self.info.name} has no power limit to set")

@@ -51,6 +51,14 @@ class NvmlKnobs:
         except self._nvml.NVMLError as exc:
             raise KnobError(f"{self.info.name}: power limit unreadable: {exc}") from None
 
+    def sm_clock_mhz(self) -> float | None:
+        """The current SM clock (``nvmlDeviceGetClockInfo``), or ``None`` where NVML cannot tell."""
+        nvml = self._nvml
+        try:
+            return float(nvml.nvmlDeviceGetClockInfo(self._handle, getattr(nvml, "NVML_CLOCK_SM", 1)))
+        except (AttributeError, nvml.NVMLError):
+            return None
+
     def set_power_limit(self, watts: float) -> None:
         """Set the power limit (NVML takes milliwatts)."""
         self._call("set the power limit", self._nvml.nvmlDeviceSetPowerManagementLimit, self._handle,

@@ -195,6 +195,10 @@ class _SimulatedKnobs(Device):
         """The settings in the state file (another process may have changed them)."""
         return self.store.read()
 
+    def sm_clock_mhz(self) -> float | None:
+        """The clock the model settles at under the current settings."""
+        return operating_point(self.model, self.store.state).sm_clock_mhz
+
     def set_power_limit(self, watts: float) -> None:
         """Set the power limit (checked against the range like a driver would)."""
         spec = self.spec

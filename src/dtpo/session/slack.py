@@ -42,6 +42,10 @@ class SlackWindow:
         wait_share: Each rank's wait as a share of its step time, by rank.
         critical_rank: The rank that became ready last in most steps.
         critical_share: The share of steps in which it was.
+        ready_s: Each rank's mean time per step until ready, by rank.
+        spread: Each rank's relative step-to-step standard deviation of that time, by rank.
+        clock_mhz: Each rank's SM clock at the end of the window where it was reported (``nan`` otherwise).
+        locked: Whether each rank's SM clock was locked.
     """
 
     index: int
@@ -51,6 +55,10 @@ class SlackWindow:
     wait_share: tuple[float, ...]
     critical_rank: int
     critical_share: float
+    ready_s: tuple[float, ...] = ()
+    spread: tuple[float, ...] = ()
+    clock_mhz: tuple[float, ...] = ()
+    locked: tuple[bool, ...] = ()
 
 
 class SlackCallback(Callback):
@@ -88,18 +96,27 @@ class SlackCallback(Callback):
             return
         steps = session.lifecycle.rank.steps
         by_index = {s.step: i for i, s in enumerate(steps)}
+        clock, locked = self.own_clock()
         rows = []
         for step_index in range(window.first_step, window.last_step + 1):
             i = by_index[step_index]
             step = steps[i]
             rows.append([ready_s(step, steps[i - 1] if i > 0 else None),
-                         math.nan if step.tail_s is None else step.tail_s, step.step_s])
+                         math.nan if step.tail_s is None else step.tail_s, step.step_s, clock, float(locked)])
         mine = torch.tensor(rows, dtype=torch.float64, device=session.device)
         everyone = [torch.empty_like(mine) for _ in range(session.world_size)]
         dist.all_gather(everyone, mine)
         self.gathers += 1
-        table = torch.stack(everyone).cpu()  # (ranks, steps, [ready, tail, step])
+        table = torch.stack(everyone).cpu()  # (ranks, steps, [ready, tail, step, clock, locked])
         self.history.append(_summarise(window, table))
+        self.on_slack(session, self.history[-1])
+
+    def own_clock(self) -> tuple[float, bool]:
+        """This rank's SM clock and whether it is locked, shared with the others (``nan`` where unknown)."""
+        return math.nan, False
+
+    def on_slack(self, session: Any, slack: SlackWindow) -> None:
+        """Called on every rank with the same picture after each gathered window (for subclasses)."""
 
     def on_rank_end(self, session: Any, rank_record: Any) -> None:
         """This rank's slack over the run, with the critical ranks seen, in its record."""
@@ -129,8 +146,14 @@ def _summarise(window: Window, table: torch.Tensor) -> SlackWindow:
         critical[max(range(ranks), key=lambda r: ready[r])] += 1
     step_time = [float(table[r, :, 2].sum()) for r in range(ranks)]
     top, count = critical.most_common(1)[0]
+    ready = table[:, :, 0]
+    mean = ready.mean(dim=1)
+    spread = ready.std(dim=1, correction=0) / mean.clamp_min(1e-12) if steps > 1 else torch.zeros(ranks)
     return SlackWindow(
         index=window.index, first_step=window.first_step, steps=steps,
         wait_s=tuple(sum(w) / steps for w in waits),
         wait_share=tuple(sum(w) / t if t > 0 else 0.0 for w, t in zip(waits, step_time, strict=True)),
-        critical_rank=top, critical_share=count / steps)
+        critical_rank=top, critical_share=count / steps,
+        ready_s=tuple(float(v) for v in mean), spread=tuple(float(v) for v in spread),
+        clock_mhz=tuple(float(table[r, -1, 3]) for r in range(ranks)),
+        locked=tuple(bool(table[r, -1, 4] > 0.5) for r in range(ranks)))

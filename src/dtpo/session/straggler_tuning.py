@@ -1,0 +1,114 @@
+"""Per-rank slowdown on real GPUs: each rank that only waits for a straggler locks its own SM clock lower.
+
+Built on :class:`~dtpo.session.slack.SlackCallback`: after every full window the ranks share, in the one
+all-gather that window already costs, each rank's ready times, its SM clock and whether it is locked. Every
+rank then runs the same :class:`~dtpo.tune.straggler.StragglerSlowdown` decision on the same figures and
+applies only its own part, to its own GPUs, through the journaled
+:class:`~dtpo.devices.knobs.KnobController` (apply, dry-run or observe; restored at the end, on a signal, or
+by the next dtpo start after a crash). The critical rank runs free; a rank that becomes critical is unlocked
+in the next window.
+
+Every rank must have GPUs with lockable SM clocks, or none does anything (a rank without them says so once,
+and training goes on at full speed).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from dtpo.devices.base import Device, KnobError
+from dtpo.devices.knobs import KnobController, log_knob_action
+from dtpo.session.slack import SlackCallback, SlackWindow
+from dtpo.tune.straggler import RankWindow, StragglerSlowdown
+
+log = logging.getLogger(__name__)
+
+
+class StragglerCallback(SlackCallback):
+    """Locks this rank's SM clock lower while it only waits for a straggler; see the module docs.
+
+    Args:
+        mode: The knob mode (``apply``, ``dry-run``, ``observe``).
+        gpus: This rank's GPUs with knobs.
+        margin: A slowed rank aims to be ready this share of the critical rank's time early.
+    """
+
+    def __init__(self, mode: str, gpus: list[Device], margin: float = 0.03) -> None:
+        super().__init__()
+        self.mode = mode
+        self.gpus = gpus
+        self.margin = margin
+        self.policy: StragglerSlowdown | None = None
+        self.controller: KnobController | None = None
+        self.lock: float | None = None
+        self.changes: list[dict[str, Any]] = []
+
+    def on_train_start(self, session: Any) -> None:
+        """Join the slack tracking; tune only if every rank has lockable clocks."""
+        super().on_train_start(session)
+        limits = self.gpus[0].knob_limits() if self.gpus else None
+        clocks = tuple(limits.sm_clocks_mhz) if limits is not None else ()
+        if not self._active or not _everyone(session, bool(clocks)):
+            if session.rank == 0:
+                log.warning("stragglers: not every rank has a GPU with lockable SM clocks (or this is not a "
+                            "multi-process DDP run): ranks keep their clocks")
+            self.gpus = []
+            return
+        self.policy = StragglerSlowdown(clocks, margin=self.margin)
+        self.controller = KnobController(self.mode, log=log_knob_action)
+        self.controller.__enter__()
+
+    def own_clock(self) -> tuple[float, bool]:
+        """This rank's SM clock (the GPU's own reading, else the lock, else ``nan``) and whether it is locked."""
+        if not self.gpus:
+            return math.nan, False
+        clock = self.gpus[0].sm_clock_mhz()
+        if clock is None:
+            clock = self.lock if self.lock is not None else math.nan
+        return float(clock), self.lock is not None
+
+    def on_slack(self, session: Any, slack: SlackWindow) -> None:
+        """Decide every rank's lock from the shared window; apply this rank's."""
+        if self.policy is None or self.controller is None:
+            return
+        top = self.policy.clocks_mhz[-1]
+        window = [RankWindow(slack.ready_s[r], slack.clock_mhz[r] if math.isfinite(slack.clock_mhz[r]) else top,
+                             slack.locked[r], slack.spread[r]) for r in range(len(slack.ready_s))]
+        wanted = self.policy.decide(window)[session.rank]
+        if wanted == self.lock:
+            return
+        try:
+            for gpu in self.gpus:
+                if wanted is None:
+                    self.controller.unlock_sm_clocks(gpu)
+                else:
+                    self.controller.lock_sm_clock(gpu, int(wanted))
+        except KnobError as exc:
+            log.warning("stragglers: %s; this rank keeps its clock", exc)
+            self.policy = None
+            return
+        self.lock = wanted
+        self.changes.append({"window": slack.index, "step": slack.first_step + slack.steps,
+                             "clock_mhz": wanted, "critical_rank": slack.critical_rank})
+
+    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+        """Restore the clocks, then add what was changed to this rank's slack record."""
+        if self.controller is not None:
+            self.controller.__exit__(None, None, None)
+            self.controller = None
+        super().on_rank_end(session, rank_record)
+        if rank_record.slack is not None:
+            rank_record.slack.update({"mode": self.mode, "clock_changes": self.changes,
+                                      "tuned": self.policy is not None})
+
+
+def _everyone(session: Any, mine: bool) -> bool:
+    """Whether ``mine`` holds on every rank (one all-reduce)."""
+    flag = torch.tensor([1.0 if mine else 0.0], dtype=torch.float64, device=session.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item() == 1.0)
