@@ -1,0 +1,69 @@
+"""Per-rank slowdown: the policy on hand-made windows, and whole jobs with stragglers on simulated GPUs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dtpo.core.errors import ConfigError
+from dtpo.devices.journal import KnobJournal
+from dtpo.tune.straggler import RankWindow, StragglerSlowdown
+from dtpo.tune.straggler_sim import StragglerJob, ideal_energy, run_job
+
+CLOCKS = [600.0, 900.0, 1200.0, 1500.0]
+
+
+def test_a_rank_with_slack_locks_to_the_lowest_clock_that_keeps_up_and_the_pace_setter_runs_free() -> None:
+    policy = StragglerSlowdown(CLOCKS, margin=0.03)
+    # rank 1 is ready after 1.5 s, rank 0 after 1.0 s: at time ~ 1/clock, 1200 MHz takes 1.25 s (fine), 900 takes
+    # 1.67 s (too slow for 1.5 s minus the margin)
+    out = policy.decide([RankWindow(1.0, 1500.0), RankWindow(1.5, 1500.0)])
+    assert out == [1200.0, None]
+
+
+def test_too_little_slack_changes_nothing() -> None:
+    policy = StragglerSlowdown(CLOCKS, margin=0.03)
+    assert policy.decide([RankWindow(1.0, 1500.0), RankWindow(1.01, 1500.0)]) == [None, None]
+
+
+def test_noise_widens_the_margin() -> None:
+    quiet = StragglerSlowdown(CLOCKS).decide([RankWindow(1.0, 1500.0), RankWindow(1.3, 1500.0)])
+    noisy = StragglerSlowdown(CLOCKS).decide([RankWindow(1.0, 1500.0, spread=0.08),
+                                              RankWindow(1.3, 1500.0, spread=0.08)])
+    assert quiet[0] == 1200.0 and noisy[0] is None  # 2 x 11 % of noise leaves no room for a 20 % slower clock
+
+
+def test_a_slowed_rank_that_becomes_the_straggler_is_freed_and_nobody_is_slowed_for_its_locked_pace() -> None:
+    policy = StragglerSlowdown(CLOCKS, margin=0.03)
+    assert policy.decide([RankWindow(1.0, 1500.0), RankWindow(1.5, 1500.0)]) == [1200.0, None]
+    # now rank 0 is the slow one, while still locked at 1200 MHz: 2.0 s locked means at least 1.6 s free
+    # rank 1 aims at 1.6 s minus the margin (1.55 s): 966 MHz would do, 1200 MHz is the lowest supported above it,
+    # not 900 (which the locked 2.0 s would have allowed)
+    assert policy.decide([RankWindow(2.0, 1200.0, locked=True), RankWindow(1.0, 1500.0)]) == [None, 1200.0]
+
+
+@pytest.mark.parametrize("pattern", ["static", "drifting", "intermittent"])
+def test_slowing_waiting_ranks_saves_energy_without_slowing_the_job(tmp_path: Path, pattern: str) -> None:
+    job = StragglerJob("A40", "resnet50", gpus=8, steps=1000, stragglers=((3, 1.5),), pattern=pattern,
+                       period_steps=250, noise=0.01, seed=1)
+    base = run_job(job, tune=False, journal_dir=tmp_path)
+    tuned = run_job(job, tune=True, journal_dir=tmp_path)
+    full, jit = ideal_energy(job)
+    assert jit < full
+    recovered = (base.energy_j - tuned.energy_j) / (full - jit)
+    assert recovered > 0.5, recovered
+    assert tuned.time_s < base.time_s * (1.01 if pattern == "static" else 1.03)
+    assert any(any(c < max(row) for c in row) for row in tuned.clocks)  # some rank ran slower
+    assert all(len(set(row)) == 1 for row in base.clocks)  # without tuning nobody did
+    assert KnobJournal(tmp_path / "knobs-journal.json").entries() == {}  # every GPU put back
+
+
+def test_bad_straggler_jobs_are_refused_in_one_line() -> None:
+    for job, words in ((StragglerJob("A40", "resnet50", gpus=4, stragglers=((4, 1.2),)), "not one of the 4 ranks"),
+                       (StragglerJob("A40", "resnet50", stragglers=((1, 0.0),)), "factor must be"),
+                       (StragglerJob("A40", "resnet50", pattern="wobbly"), "unknown straggler pattern"),
+                       (StragglerJob("A40", "resnet50", gpus=1), "--gpus")):
+        with pytest.raises(ConfigError, match=words) as err:
+            job.validate()
+        assert "\n" not in str(err.value)
