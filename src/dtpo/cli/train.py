@@ -83,6 +83,8 @@ def check_tuning(config: RunConfig) -> None:
         return
     if config.knobs.requested:
         raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock")
+    if tune.knob == "stragglers" and config.launch.workers < 2:
+        raise ConfigError("--tune stragglers slows down ranks that wait for others: it needs --workers 2 or more")
     try:
         gpus = [gpu for gpu in open_nvml_gpus() if gpu.knob_key is not None]
     except DeviceError as exc:
@@ -92,8 +94,10 @@ def check_tuning(config: RunConfig) -> None:
     for gpu in gpus:
         gpu.close()
     if not gpus:
-        raise ConfigError(f"--tune {tune.knob} needs an NVIDIA GPU and this machine has none usable ({why}); `dtpo "
-                          f"simulate --tune {tune.knob} --cost {tune.cost}` runs the same tuner on simulated GPUs")
+        example = ("--gpus 16 --straggler 3:1.2 --tune stragglers" if tune.knob == "stragglers"
+                   else f"--tune {tune.knob} --cost {tune.cost}")
+        raise ConfigError(f"--tune {tune.knob} needs an NVIDIA GPU and this machine has none usable ({why}); "
+                          f"`dtpo simulate {example}` runs the same tuner on simulated GPUs")
 
 
 def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:

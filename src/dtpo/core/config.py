@@ -46,7 +46,8 @@ STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
 COMPRESSIONS: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
 KNOB_MODES: tuple[str, ...] = ("apply", "dry-run", "observe")
 BACKENDS: tuple[str, ...] = ("gloo", "nccl")
-TUNE_KNOBS: tuple[str, ...] = ("power-limit", "sm-clock", "both")
+TUNE_KNOBS: tuple[str, ...] = ("power-limit", "sm-clock", "both")  # the GPU knobs the power tuner searches
+TUNE_CHOICES: tuple[str, ...] = (*TUNE_KNOBS, "stragglers")  # stragglers: each waiting rank slows its own GPU
 
 MAX_STEPS = 10**9
 MAX_BATCH_SIZE = 2**20
@@ -265,7 +266,8 @@ class TuneConfig(_Section):
     SECTION: ClassVar[str] = "tune"
 
     knob: str | None = field(default=None, metadata=flag("--tune"))
-    """Tune this GPU knob while training: power-limit, sm-clock or both (default: no tuning)."""
+    """Tune while training: power-limit, sm-clock or both (toward --cost), or stragglers (ranks that only wait
+    for the slowest one lock their own SM clock lower); default: no tuning."""
     cost: str = field(default="zeus:0.5", metadata=flag("--cost"))
     """What the tuner minimises: energy, time, zeus:ETA, slowdown:FACTOR or dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR."""
     step_w: float = field(default=25.0, metadata=flag("--tune-step"))
@@ -277,7 +279,7 @@ class TuneConfig(_Section):
 
     def __post_init__(self) -> None:
         if self.knob is not None:
-            self._choice("knob", TUNE_KNOBS)
+            self._choice("knob", TUNE_CHOICES)
         self._check_type("cost", str, False)
         if not self.cost.strip():
             raise self._fail("cost", "must name a cost metric, got an empty string")

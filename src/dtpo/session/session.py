@@ -53,6 +53,7 @@ from dtpo.session.mfu import peak_flops
 from dtpo.session.power_tuning import TuneCallback
 from dtpo.session.precision import Precision
 from dtpo.session.step_energy import EnergyCallback
+from dtpo.session.straggler_tuning import StragglerCallback
 from dtpo.session.timer import StepTimer
 from dtpo.telemetry.summary import print_summary
 
@@ -429,7 +430,10 @@ class Session:
         if config.knobs.requested:
             gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
             out.append(KnobCallback(config.knobs, gpus))
-        if config.tune.knob is not None:
+        if config.tune.knob == "stragglers":
+            gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
+            out.append(StragglerCallback(config.knobs.mode, gpus))
+        elif config.tune.knob is not None:
             gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
             out.append(TuneCallback(config.tune, config.knobs.mode, gpus))
         if self.energy is not None:
