@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.dtpo-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint bench bench-zeus clean
+.PHONY: run test lint bench bench-zeus bench-stragglers clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ bench: $(STAMP)
 bench-zeus: $(STAMP)
 	$(BIN)/python -c "import zeus" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench]'
 	$(BIN)/python benchmarks/tuner_vs_zeus.py
+
+# Per-rank DVFS for stragglers on simulated jobs (8, 16, 64 GPUs): bloat recovered and slowdown; exit 1 on a missed goal.
+bench-stragglers: $(STAMP)
+	$(BIN)/python benchmarks/straggler_dvfs.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -15,7 +15,7 @@ CLOCKS = [600.0, 900.0, 1200.0, 1500.0]
 
 
 def test_a_rank_with_slack_locks_to_the_lowest_clock_that_keeps_up_and_the_pace_setter_runs_free() -> None:
-    policy = StragglerSlowdown(CLOCKS, margin=0.03)
+    policy = StragglerSlowdown(CLOCKS, margin=0.03, max_step=1.0)
     # rank 1 is ready after 1.5 s, rank 0 after 1.0 s: at time ~ 1/clock, 1200 MHz takes 1.25 s (fine), 900 takes
     # 1.67 s (too slow for 1.5 s minus the margin)
     out = policy.decide([RankWindow(1.0, 1500.0), RankWindow(1.5, 1500.0)])
@@ -23,24 +23,35 @@ def test_a_rank_with_slack_locks_to_the_lowest_clock_that_keeps_up_and_the_pace_
 
 
 def test_too_little_slack_changes_nothing() -> None:
-    policy = StragglerSlowdown(CLOCKS, margin=0.03)
+    policy = StragglerSlowdown(CLOCKS, margin=0.03, max_step=1.0)
     assert policy.decide([RankWindow(1.0, 1500.0), RankWindow(1.01, 1500.0)]) == [None, None]
 
 
 def test_noise_widens_the_margin() -> None:
-    quiet = StragglerSlowdown(CLOCKS).decide([RankWindow(1.0, 1500.0), RankWindow(1.3, 1500.0)])
-    noisy = StragglerSlowdown(CLOCKS).decide([RankWindow(1.0, 1500.0, spread=0.08),
+    quiet = StragglerSlowdown(CLOCKS, max_step=1.0).decide([RankWindow(1.0, 1500.0), RankWindow(1.3, 1500.0)])
+    noisy = StragglerSlowdown(CLOCKS, max_step=1.0).decide([RankWindow(1.0, 1500.0, spread=0.08),
                                               RankWindow(1.3, 1500.0, spread=0.08)])
     assert quiet[0] == 1200.0 and noisy[0] is None  # 2 x 11 % of noise leaves no room for a 20 % slower clock
 
 
 def test_a_slowed_rank_that_becomes_the_straggler_is_freed_and_nobody_is_slowed_for_its_locked_pace() -> None:
-    policy = StragglerSlowdown(CLOCKS, margin=0.03)
+    policy = StragglerSlowdown(CLOCKS, margin=0.03, max_step=1.0)
     assert policy.decide([RankWindow(1.0, 1500.0), RankWindow(1.5, 1500.0)]) == [1200.0, None]
     # now rank 0 is the slow one, while still locked at 1200 MHz: 2.0 s locked means at least 1.6 s free
     # rank 1 aims at 1.6 s minus the margin (1.55 s): 966 MHz would do, 1200 MHz is the lowest supported above it,
     # not 900 (which the locked 2.0 s would have allowed)
     assert policy.decide([RankWindow(2.0, 1200.0, locked=True), RankWindow(1.0, 1500.0)]) == [None, 1200.0]
+
+
+def test_one_decision_lowers_a_clock_by_at_most_max_step_and_never_to_a_clock_that_made_it_the_pace_setter() -> None:
+    fine = [float(c) for c in range(600, 1501, 15)]
+    policy = StragglerSlowdown(fine, margin=0.03, max_step=0.10)
+    first = policy.decide([RankWindow(1.0, 1500.0), RankWindow(2.0, 1500.0)])
+    assert first[1] is None and first[0] == 1350.0  # 10 % down, though 1.0 s leaves room for far less
+    # the model bent: at 1125 MHz rank 0 became the slowest; it is freed, and stays above 1125 MHz afterwards
+    assert policy.decide([RankWindow(2.1, 1125.0, locked=True), RankWindow(2.0, 1500.0)]) == [None, None]
+    later = policy.decide([RankWindow(1.0, 1500.0), RankWindow(2.0, 1500.0)])
+    assert later[0] is not None and later[0] > 1125.0
 
 
 @pytest.mark.parametrize("pattern", ["static", "drifting", "intermittent"])

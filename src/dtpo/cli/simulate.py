@@ -8,6 +8,11 @@ columns of the shipped Zeus files (``power_limit,time_per_epoch,average_power``,
 ``dataset,network,batch_size,optimizer`` and ``samples_per_epoch``; see
 :mod:`dtpo.devices.physics.user_trace`). ``--gpu`` names the GPU it was measured on; ``--workload`` and
 ``--batch-size`` pick one trace when the file holds several; ``--list --trace FILE`` lists them.
+
+``--tune stragglers`` runs a job whose ``--straggler`` ranks (``RANK:FACTOR[,RANK:FACTOR...]``, ``static``,
+``drifting`` or ``intermittent`` by ``--straggler-pattern``, switching every ``--period`` steps) are slower, without
+and with per-rank slowdown of the ranks that only wait for them (:mod:`dtpo.cli.simulate_stragglers`). The other
+commands simulate one straggler at most.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from dtpo.cli import simulate_stragglers
 from dtpo.cli.simulate_tune import print_tuning, run_tuning
 from dtpo.core.config import TUNE_KNOBS
 from dtpo.core.errors import ConfigError
@@ -46,6 +52,7 @@ from dtpo.plan.simulated_job import (
 from dtpo.plan.simulated_job import Progress as StepsDone
 from dtpo.telemetry.summary import make_console
 from dtpo.tune.cost import CostMetric, parse_cost
+from dtpo.tune.straggler_sim import PATTERNS, StragglerJob
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +62,12 @@ DEFAULT_WORKLOAD = "resnet50"
 BAR_WIDTH = 10
 PROGRESS_GPU_STEPS = 20_000_000  # show a progress bar (on a terminal) from about this much work: a few seconds
 MIN_COUNTER_PERIODS = 20  # fewer energy-counter periods per setting: its energy may be off by over 10 %
+STRAGGLER_TUNE = "stragglers"  # --tune stragglers: per-rank slowdown, simulate only (not a TUNE_KNOBS value)
+DEFAULT_COST = "zeus:0.5"
+DEFAULT_TUNE_STEP_W = 25.0
+DEFAULT_COUNTER_PERIOD_S = 0.1
+DEFAULT_PATTERN = "static"
+DEFAULT_PERIOD_STEPS = 500
 
 
 def check_json_path(path: Path) -> None:
@@ -79,9 +92,10 @@ def check_finite(flag: str, value: float | None) -> None:
 
 
 @contextmanager
-def progress_bar(total_steps: int, gpus: int) -> Iterator[StepsDone | None]:
-    """A progress bar on stderr for long simulations, only on a terminal (logs and pipes stay clean)."""
-    if total_steps * gpus < PROGRESS_GPU_STEPS or not sys.stderr.isatty():
+def progress_bar(total_steps: int, gpus: int, threshold: int = PROGRESS_GPU_STEPS) -> Iterator[StepsDone | None]:
+    """A progress bar on stderr for long simulations (from ``threshold`` GPU-steps), only on a terminal (logs
+    and pipes stay clean)."""
+    if total_steps * gpus < threshold or not sys.stderr.isatty():
         yield None
         return
     columns = (TextColumn("simulating"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
@@ -91,20 +105,35 @@ def progress_bar(total_steps: int, gpus: int) -> Iterator[StepsDone | None]:
         yield lambda steps: bar.advance(task, steps)
 
 
-def parse_straggler(text: str | None) -> tuple[int, float] | None:
-    """``"3:1.25"`` -> rank 3 computes 1.25x slower."""
+def parse_stragglers(text: str | None) -> tuple[tuple[int, float], ...]:
+    """``"3:1.25"`` -> rank 3 computes 1.25x slower; ``"3:1.2,5:1.1"`` -> two stragglers; ``None`` -> none."""
     if not text:
-        return None
-    rank, sep, factor = text.partition(":")
-    try:
-        if not sep:
-            raise ValueError
-        parsed = int(rank), float(factor)
-    except ValueError:
-        raise ConfigError(f"--straggler must be RANK:FACTOR, e.g. 3:1.2, got {text!r}") from None
-    if not math.isfinite(parsed[1]) or parsed[1] <= 0:
-        raise ConfigError(f"--straggler factor must be a finite number > 0, got {factor!r}")
-    return parsed
+        return ()
+    out: list[tuple[int, float]] = []
+    for item in text.split(","):
+        rank, sep, factor = item.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            parsed = int(rank), float(factor)
+        except ValueError:
+            raise ConfigError(f"--straggler must be RANK:FACTOR[,RANK:FACTOR...], e.g. 3:1.2, got {text!r}") from None
+        if not math.isfinite(parsed[1]) or parsed[1] <= 0:
+            raise ConfigError(f"--straggler factor must be a finite number > 0, got {factor.strip()!r}")
+        if parsed[0] in (r for r, _ in out):
+            raise ConfigError(f"--straggler names rank {parsed[0]} twice")
+        out.append(parsed)
+    return tuple(out)
+
+
+def parse_straggler(text: str | None) -> tuple[int, float] | None:
+    """The one straggler of the plain simulation and the power tuner: ``"3:1.25"`` -> rank 3 computes 1.25x
+    slower; several are refused (only ``--tune stragglers`` simulates several)."""
+    parsed = parse_stragglers(text)
+    if len(parsed) > 1:
+        raise ConfigError(f"--straggler {text} names {len(parsed)} stragglers; only --tune {STRAGGLER_TUNE} "
+                          "simulates several (the other modes take one RANK:FACTOR)")
+    return parsed[0] if parsed else None
 
 
 def _bar(value: float, low: float, high: float) -> str:
@@ -160,19 +189,36 @@ def simulate_command(
     sweep: str | None = typer.Option(None, "--sweep", help="Sweep a knob: power-limit or sm-clock."),
     model: str = typer.Option("auto", "--model",
                               help="auto (calibrated where a measured trace exists), calibrated, parametric."),
-    straggler: str | None = typer.Option(None, "--straggler", help="RANK:FACTOR, one GPU that much slower."),
+    straggler: str | None = typer.Option(
+        None, "--straggler",
+        help="RANK:FACTOR, one GPU that much slower; with --tune stragglers a comma-separated list of them.",
+        show_default=False),
+    straggler_pattern: str | None = typer.Option(
+        None, "--straggler-pattern",
+        help=f"With --tune stragglers: {', '.join(PATTERNS)} (default {DEFAULT_PATTERN}): the slow ranks stay, "
+             "move on to the next rank every --period steps, or are slow for --period steps and then not.",
+        show_default=False),
+    period: int | None = typer.Option(
+        None, "--period", help="With --tune stragglers: steps between a drifting straggler's moves or an "
+                               f"intermittent one's switches (default {DEFAULT_PERIOD_STEPS}).", show_default=False),
     noise: float = typer.Option(0.01, "--noise", help="Relative noise (std) on step time and power."),
-    counter_period: float = typer.Option(0.1, "--counter-period", help="Energy-counter update period (s)."),
+    counter_period: float | None = typer.Option(
+        None, "--counter-period", help=f"Energy-counter update period (s; default {DEFAULT_COUNTER_PERIOD_S:g}).",
+        show_default=False),
     seed: int = typer.Option(0, "--seed", help="Noise seed."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
     list_models: bool = typer.Option(False, "--list", help="List GPU models and workloads (with --trace: the "
                                                            "file's traces), then exit."),
     tune: str | None = typer.Option(
-        None, "--tune", help="Run dtpo's tuner on the simulated job: power-limit, sm-clock or both (see --cost)."),
-    cost: str = typer.Option("zeus:0.5", "--cost",
-                             help="What --tune minimises: energy, time, zeus:ETA, slowdown:FACTOR or "
-                                  "dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR."),
-    tune_step: float = typer.Option(25.0, "--tune-step", help="Power-limit grid of --tune, in watts."),
+        None, "--tune", help="Run dtpo's tuner on the simulated job: power-limit, sm-clock or both (see --cost); "
+                             f"or {STRAGGLER_TUNE}: slow down the ranks that only wait for the --straggler ranks."),
+    cost: str | None = typer.Option(
+        None, "--cost", help="What --tune minimises: energy, time, zeus:ETA, slowdown:FACTOR or "
+                             f"dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR (default {DEFAULT_COST}).",
+        show_default=False),
+    tune_step: float | None = typer.Option(
+        None, "--tune-step", help=f"Power-limit grid of --tune, in watts (default {DEFAULT_TUNE_STEP_W:g}).",
+        show_default=False),
     trace: Path | None = typer.Option(
         None, "--trace",
         help="Calibrate on your own measured power-limit sweep: a CSV with the shipped Zeus columns "
@@ -204,6 +250,21 @@ def simulate_command(
         raise ConfigError(f"--sweep {sweep} already sets that knob; drop the fixed value")
     for flag, value in (("--power-limit", power_limit), ("--noise", noise), ("--counter-period", counter_period)):
         check_finite(flag, value)
+    if tune == STRAGGLER_TUNE:
+        _check_straggler_tuning(sweep=sweep, power_limit=power_limit, sm_clock=sm_clock, trace=trace, model=model,
+                                cost=cost, tune_step=tune_step, counter_period=counter_period)
+        job = StragglerJob(gpu=gpu, workload=DEFAULT_WORKLOAD if workload is None else workload, gpus=gpus, steps=steps,
+                           stragglers=parse_stragglers(straggler),
+                           pattern=DEFAULT_PATTERN if straggler_pattern is None else straggler_pattern,
+                           period_steps=DEFAULT_PERIOD_STEPS if period is None else period, noise=noise, seed=seed,
+                           batch_size=batch_size)
+        _simulate_stragglers(console, job, json_out)
+        return
+    if straggler_pattern is not None or period is not None:
+        raise ConfigError(f"--straggler-pattern and --period apply only to --tune {STRAGGLER_TUNE}")
+    cost = DEFAULT_COST if cost is None else cost
+    tune_step = DEFAULT_TUNE_STEP_W if tune_step is None else tune_step
+    counter_period = DEFAULT_COUNTER_PERIOD_S if counter_period is None else counter_period
     metric = _check_tuning(tune, cost, tune_step, sweep, power_limit, sm_clock)
     if json_out is not None:
         check_json_path(json_out)
@@ -282,6 +343,37 @@ def _list_traces(console: Console, trace: Path, gpu: str, batch_size: int | None
         console.print(f"  {describe_trace(item)}", highlight=False, markup=False)
 
 
+def _check_straggler_tuning(*, sweep: str | None, power_limit: float | None, sm_clock: int | None,
+                            trace: Path | None, model: str, cost: str | None, tune_step: float | None,
+                            counter_period: float | None) -> None:
+    """A one-line error for an option that ``--tune stragglers`` cannot take."""
+    if sweep is not None or power_limit is not None or sm_clock is not None:
+        raise ConfigError(f"--tune {STRAGGLER_TUNE} chooses each rank's clock itself; drop --sweep, --power-limit "
+                          "and --sm-clock")
+    if trace is not None:
+        raise ConfigError(f"--tune {STRAGGLER_TUNE} runs on the shipped models; it cannot use --trace yet")
+    if model != "auto":
+        raise ConfigError(f"--tune {STRAGGLER_TUNE} picks the model itself (calibrated where a trace exists); "
+                          "drop --model")
+    for flag, value in (("--cost", cost), ("--tune-step", tune_step), ("--counter-period", counter_period)):
+        if value is not None:
+            raise ConfigError(f"--tune {STRAGGLER_TUNE} does not use {flag} (it keeps each rank just ahead of the "
+                              "slowest one, and its energy is exact)")
+
+
+def _simulate_stragglers(console: Console, job: StragglerJob, json_out: Path | None) -> None:
+    """``--tune stragglers``: the job without and with per-rank slowdown, printed (and written to ``json_out``)."""
+    simulate_stragglers.check_job(job)
+    if json_out is not None:
+        check_json_path(json_out)
+    with progress_bar(2 * job.steps, job.gpus, simulate_stragglers.PROGRESS_GPU_STEPS) as progress:
+        run = simulate_stragglers.run_stragglers(job, progress)
+    data = simulate_stragglers.print_stragglers(console, run)
+    if json_out is not None:
+        _write_json(json_out, {"schema": SIMULATE_SCHEMA, **data})
+        console.print(f"results written to {json_out}")
+
+
 def _check_tuning(tune: str | None, cost: str, tune_step: float, sweep: str | None, power_limit: float | None,
                   sm_clock: int | None) -> CostMetric | None:
     """The cost metric of ``--tune`` (``None`` without it), or a one-line error for a request that cannot run."""
@@ -289,7 +381,8 @@ def _check_tuning(tune: str | None, cost: str, tune_step: float, sweep: str | No
     if tune is None:
         return None
     if tune not in TUNE_KNOBS:
-        raise ConfigError(f"--tune must be one of {', '.join(TUNE_KNOBS)}, got {tune!r}")
+        raise ConfigError(f"--tune must be one of {', '.join(TUNE_KNOBS)}, got {tune!r} (or {STRAGGLER_TUNE}, with "
+                          "--straggler, to slow down the ranks that wait for a straggler)")
     if sweep is not None or power_limit is not None or sm_clock is not None:
         raise ConfigError("--tune chooses the settings itself; drop --sweep, --power-limit and --sm-clock")
     check_finite("--tune-step", tune_step)

@@ -9,11 +9,13 @@ that has become critical is unlocked in the next decision, i.e. within one windo
 has shrunk below half the margin is sped up.
 
 The step is taken from the rank's own current point with ``time ~ 1 / clock``: the compute-bound part of a
-step scales with the clock and the rest (memory-bound kernels, data loading) does not, so no real GPU slows
-down *more* than this predicts. The clock chosen is therefore never too low, only sometimes higher than
-needed, and the next windows close the rest of the gap from above: a feedback loop that needs no model of
-the workload and cannot overshoot into making a rank the new straggler (noise aside, which the margin
-covers).
+step scales with the clock and the rest (memory-bound kernels, data loading) does not, so a GPU whose clock
+is all that changes slows down no more than this predicts; the clock chosen is then higher than needed
+rather than too low, and the next windows close the gap from above, with no model of the workload. Measured
+curves can bend more steeply than that (voltage, thermals, a calibrated trace that maps clocks through power
+limits), so one decision lowers a clock by at most ``max_step``, a clock that once made a rank the pace setter
+is not used again for a while, and a one-step move down is not worth a relock. The margin grows with the
+step-to-step noise and with the number of ranks (the slowest of n noisy ranks sets every step).
 """
 
 from __future__ import annotations
@@ -50,13 +52,21 @@ class StragglerSlowdown:
         min_gain: Leave a rank alone unless the clock it would drop by is at least this share.
         noise_margins: The margin is at least this many standard deviations of the step-to-step difference
             between a rank and the critical one.
+        max_step: One decision lowers a rank's clock by at most this share (a model that bends below some
+            clock cannot then throw a rank far past the pace).
+        floor_windows: A rank that became the pace setter while locked keeps above that clock for this many
+            windows.
     """
 
     clocks_mhz: Sequence[float]
     margin: float = 0.03
     min_gain: float = 0.02
     noise_margins: float = 2.0
+    max_step: float = 0.10
+    floor_windows: int = 50
     free_clock: dict[int, float] = field(default_factory=dict)
+    floor: dict[int, tuple[float, int]] = field(default_factory=dict)
+    _windows: int = 0
 
     def __post_init__(self) -> None:
         self.clocks_mhz = sorted(float(c) for c in self.clocks_mhz)
@@ -68,11 +78,18 @@ class StragglerSlowdown:
         for rank, w in enumerate(window):
             if not w.locked:
                 self.free_clock[rank] = w.clock_mhz
+        self._windows += 1
         critical = max(range(len(window)), key=lambda r: window[r].ready_s)
+        if window[critical].locked:  # slowed too far: never that low again for a while
+            self.floor[critical] = (window[critical].clock_mhz, self._windows)
         # the pace once the critical rank runs free: if it was locked, the fastest it can then be (time ~ 1 /
-        # clock again), so that nobody is slowed for a pace that will not come
+        # clock again), but never faster than the slowest rank that runs free already (the real straggler)
         crit = window[critical]
         pace = crit.ready_s * (crit.clock_mhz / self.free_clock.get(critical, crit.clock_mhz) if crit.locked else 1.0)
+        pace = max([pace, *(w.ready_s for w in window if not w.locked)])
+        # a step lasts as long as its slowest rank: with n ranks the largest of n noisy deviations counts, about
+        # sqrt(2 ln n) standard deviations
+        spread_factor = max(self.noise_margins, math.sqrt(2.0 * math.log(max(len(window), 2))))
         out: list[float | None] = []
         for rank, w in enumerate(window):
             free = self.free_clock.get(rank, self.clocks_mhz[-1])
@@ -82,16 +99,27 @@ class StragglerSlowdown:
             # keep clear of the pace by the margin, or by the step-to-step noise of the two ranks if larger:
             # a step lasts as long as its slowest rank, so a rank that is slower than the pace in some steps
             # because of noise slows the job down
-            noise = self.noise_margins * math.hypot(w.spread, crit.spread)
+            noise = spread_factor * math.hypot(w.spread, crit.spread)
             mine = pace * (1.0 - max(self.margin, noise))
-            # time ~ 1 / clock from where the rank is now: the lowest clock that cannot be too slow
-            wanted = w.clock_mhz * w.ready_s / mine
+            # time ~ 1 / clock from where the rank is now: the lowest clock that cannot be too slow, by at most
+            # max_step per decision, and above a clock that once made this rank the pace setter
+            wanted = max(w.clock_mhz * w.ready_s / mine, w.clock_mhz * (1.0 - self.max_step))
+            floor, since = self.floor.get(rank, (0.0, 0))
+            if self._windows - since < self.floor_windows:
+                wanted = max(wanted, floor + 1e-6)
             up = [c for c in self.clocks_mhz if c >= wanted - 1e-9]
             clock = up[0] if up else None
             if clock is None or clock >= free:
                 out.append(None)
             elif not w.locked and clock > free * (1.0 - self.min_gain):
                 out.append(None)  # too little to gain from a lock
+            elif w.locked and clock < w.clock_mhz and self._one_step_below(clock, w.clock_mhz):
+                out.append(w.clock_mhz)  # one supported clock lower is not worth a change (and flip-flops)
             else:
                 out.append(clock)
         return out
+
+    def _one_step_below(self, clock: float, current: float) -> bool:
+        """Whether ``clock`` is the supported clock right below ``current``."""
+        lower = [c for c in self.clocks_mhz if c < current - 1e-9]
+        return bool(lower) and abs(lower[-1] - clock) < 1e-9
