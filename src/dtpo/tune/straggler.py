@@ -103,12 +103,17 @@ class StragglerSlowdown:
             mine = pace * (1.0 - max(self.margin, noise))
             # time ~ 1 / clock from where the rank is now: the lowest clock that cannot be too slow, by at most
             # max_step per decision, and above a clock that once made this rank the pace setter
-            wanted = max(w.clock_mhz * w.ready_s / mine, w.clock_mhz * (1.0 - self.max_step))
+            predicted = w.clock_mhz * w.ready_s / mine
+            wanted = max(predicted, w.clock_mhz * (1.0 - self.max_step))
             floor, since = self.floor.get(rank, (0.0, 0))
             if self._windows - since < self.floor_windows:
                 wanted = max(wanted, floor + 1e-6)
+                predicted = max(predicted, floor + 1e-6)
             up = [c for c in self.clocks_mhz if c >= wanted - 1e-9]
             clock = up[0] if up else None
+            below = [c for c in self.clocks_mhz if predicted - 1e-9 <= c < w.clock_mhz - 1e-9]
+            if (clock is None or clock >= w.clock_mhz) and below:
+                clock = below[-1]  # a coarse clock list: one supported clock down is the smallest step there is
             if clock is None or clock >= free:
                 out.append(None)
             elif not w.locked and clock > free * (1.0 - self.min_gain):
