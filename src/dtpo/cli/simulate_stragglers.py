@@ -271,7 +271,7 @@ def caption(run: StragglerRun) -> str:
             f"{m.batch_size}/GPU, {job.steps:,} steps, {kind}, noise {job.noise:g}, seed {job.seed}; both runs "
             f"draw the same noise). Straggler pattern: {describe_pattern(job)}. Per-rank slowdown decides every "
             f"{job.window_steps} steps. Bloat: the noise-free energy with every rank at full clock minus that with "
-            "every rank that waits at the lowest clock that still keeps up. Communication and data loading are "
+            "every rank that waits at the least-energy clock that still keeps up. Communication and data loading are "
             "not modelled.")
 
 

@@ -8,8 +8,9 @@ the slowest rank is done; the others wait at idle power.
 
 :func:`run_job` runs the job with or without :class:`~dtpo.tune.straggler.StragglerSlowdown` deciding a clock
 per rank after every window, through a journaled knob controller. :func:`ideal_energy` is the yardstick: the
-noise-free energy when every non-critical rank runs exactly at the lowest clock that still keeps up (the
-*just-in-time* setting) and when every rank runs at full clock; their difference is the *bloat*. Every
+noise-free energy when every non-critical rank runs at the *just-in-time* setting (of the clocks at which it
+still keeps up with the critical rank, the one that spends least, waiting included) and when every rank runs
+at full clock; their difference is the *bloat*. Every
 figure here is simulated.
 """
 
