@@ -72,6 +72,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_cli, next to this file
+from bench_cli import OneLineParser  # noqa: E402
+from bench_cli import bad_flag as _bad_flag  # noqa: E402
+
 from dtpo.core.errors import ConfigError, DtpoError, first_line
 from dtpo.tune.straggler_sim import StragglerJob, ideal_energy, job_model, run_job
 
@@ -127,17 +131,9 @@ class Options:
                             window_steps=self.window)
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line and exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        bad_flag(message)
-
-
 def bad_flag(message: str) -> NoReturn:
     """One line on stderr, exit 2."""
-    sys.stderr.write(f"{PROG}: error: {first_line(message)}\n")
-    raise SystemExit(2)
+    _bad_flag(PROG, message)
 
 
 def _parts(text: str, flag: str) -> list[str]:
@@ -178,7 +174,7 @@ def _cases(text: str) -> tuple[Case, ...]:
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
     """Read and check the command line (a bad flag ends the program: one line, exit 2)."""
-    parser = _Parser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", default="8,16,64", help="GPU counts (ranks per job), comma-separated")
     parser.add_argument("--cases", default=DEFAULT_CASES,
                         help="PATTERN:FACTOR, comma-separated; patterns static, drifting, intermittent")

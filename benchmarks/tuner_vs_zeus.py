@@ -70,7 +70,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # zeus_sim, next to this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # zeus_sim and bench_cli, next to this file
+from bench_cli import OneLineParser  # noqa: E402
+from bench_cli import bad_flag as _bad_flag  # noqa: E402
 
 from dtpo.core.errors import DtpoError, first_line  # noqa: E402
 from dtpo.devices.base import KnobState  # noqa: E402
@@ -111,17 +113,9 @@ class Options:
     verbose: bool
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line and exit 2."""
-
-    def error(self, message: str) -> NoReturn:
-        bad_flag(message)
-
-
 def bad_flag(message: str) -> NoReturn:
     """One line on stderr, exit 2."""
-    sys.stderr.write(f"tuner_vs_zeus.py: error: {first_line(message)}\n")
-    raise SystemExit(2)
+    _bad_flag("tuner_vs_zeus.py", message)
 
 
 def _numbers(text: str, what: str) -> tuple[float, ...]:
@@ -148,7 +142,8 @@ def _cost(text: str) -> CostMetric:
 
 def parse_options(argv: Sequence[str] | None = None) -> Options:
     """Read and check the command line (a bad flag ends the program: one line, exit 2)."""
-    parser = _Parser(prog="tuner_vs_zeus.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="tuner_vs_zeus.py", description=__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--noise", default="0.01,0.03", help="noise levels, relative std of time and power")
     parser.add_argument("--costs", default="energy,zeus:0.5,slowdown:1.1",
                         help="cost metrics: energy, time, zeus:ETA, slowdown:FACTOR (comma-separated)")

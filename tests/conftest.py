@@ -48,3 +48,22 @@ def dtpo_cli(*args: str) -> list[str]:
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keep measured CPU peaks in a per-session folder instead of the user's cache."""
     monkeypatch.setenv("DTPO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh dtpo state folder (knob journal, profiles) for the test, and wide output (no wrapped tables)."""
+    path = tmp_path / "state"
+    monkeypatch.setenv("DTPO_STATE_DIR", str(path))
+    monkeypatch.setenv("COLUMNS", "200")
+    return path
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | str | None, str, str]:
+    """Run the ``dtpo`` app in-process on ``argv``: its exit code, stdout and stderr."""
+    from dtpo.cli.app import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(argv)
+    captured = capsys.readouterr()
+    return ended.value.code, captured.out, captured.err

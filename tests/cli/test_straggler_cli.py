@@ -8,27 +8,12 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import run_cli as run
 
-from dtpo.cli.app import main
 from dtpo.cli.simulate_stragglers import run_stragglers
 from dtpo.tune.straggler_sim import StragglerJob
 
 STATIC = ["simulate", "--gpus", "16", "--straggler", "3:1.2", "--tune", "stragglers", "--steps", "1000"]
-
-
-@pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "state"
-    monkeypatch.setenv("DTPO_STATE_DIR", str(path))
-    monkeypatch.setenv("COLUMNS", "200")  # no wrapped tables
-    return path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | str | None, str, str]:
-    with pytest.raises(SystemExit) as ended:
-        main(argv)
-    captured = capsys.readouterr()
-    return ended.value.code, captured.out, captured.err
 
 
 def clock_rows(out: str) -> dict[str, list[str]]:

@@ -8,27 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli as run
 from fakes import FakeNvml, FakeNvmlGpu
-
-from dtpo.cli.app import main
 
 SIMULATE = ["simulate", "--gpu", "A40", "--workload", "resnet50", "--gpus", "1", "--steps", "2000",
             "--tune", "power-limit", "--cost", "energy"]
-
-
-@pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "state"
-    monkeypatch.setenv("DTPO_STATE_DIR", str(path))
-    monkeypatch.setenv("COLUMNS", "200")  # no wrapped tables
-    return path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | str | None, str, str]:
-    with pytest.raises(SystemExit) as ended:
-        main(argv)
-    captured = capsys.readouterr()
-    return ended.value.code, captured.out, captured.err
 
 
 def test_simulate_tune_prints_the_settings_visits_choice_and_oracle(state: Path,
