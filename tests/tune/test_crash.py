@@ -80,3 +80,43 @@ def test_a_run_killed_mid_profiling_is_restored_from_the_journal(where: str, tmp
     assert journal.entries() == {} and not journal.path.exists()
     assert SimulatedGpu(CONFIG, state).knob_state() == KnobState(300.0, None)
     assert restore_pending(journal) == []  # nothing left to do
+
+
+# argv: journal folder, steps after which to die once a clock is locked
+STRAGGLERS_AND_DIE = textwrap.dedent("""
+    import os, signal, sys
+    from pathlib import Path
+    from dtpo.devices.journal import KnobJournal
+    from dtpo.tune.straggler_sim import StragglerJob, run_job
+
+    journal_dir, die_after = Path(sys.argv[1]), int(sys.argv[2])
+    journal = KnobJournal(journal_dir / "knobs-journal.json")
+    steps = 0
+
+    def progress(n):
+        global steps
+        steps += n
+        if steps >= die_after and journal.entries():  # some rank's clock is locked
+            print(f"killed after {steps} steps with {len(journal.entries())} ranks locked", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    run_job(StragglerJob("A40", "resnet50", gpus=4, steps=400, stragglers=((1, 1.3),)), True, journal_dir, progress)
+    print("finished without being killed", flush=True)
+    sys.exit(3)
+""")
+
+
+def test_a_straggler_job_killed_with_locked_clocks_is_restored_from_the_journal(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-c", STRAGGLERS_AND_DIE, str(tmp_path), "60"], capture_output=True,
+                          text=True, timeout=120, env=os.environ.copy())
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout, proc.stderr)
+    killed = re.fullmatch(r"killed after \d+ steps with (\d) ranks locked\n", proc.stdout)
+    assert killed is not None and int(killed[1]) >= 1, proc.stdout
+    journal = KnobJournal(tmp_path / "knobs-journal.json")
+    states = [Path(key.removeprefix("sim:")) for key in journal.entries()]
+    assert states and all(path.exists() for path in states)  # each locked rank's GPU was left locked
+    assert all(reopen_simulated(path).knob_state().locked_sm_clocks_mhz is not None for path in states)
+
+    lines = restore_pending(journal)
+    assert len(lines) == len(states)
+    assert not any(path.exists() for path in states) and journal.entries() == {}
