@@ -100,3 +100,15 @@ def test_the_tuning_line_shows_the_choice_its_cost_and_a_model_figure_as_one() -
 
 def test_no_tuning_line_without_tune() -> None:
     assert "GPU tuning" not in render(record())
+
+
+def test_the_straggler_line_shows_the_pace_setter_the_waiting_and_the_locked_clocks() -> None:
+    run = record()
+    run.ranks[0].slack = {"windows": 4, "steps": 40, "wait_s_per_step": 0.03, "wait_share": 0.3,
+                          "critical_ranks": {"1": 4}, "tuned": True,
+                          "clock_changes": [{"window": 0, "step": 12, "clock_mhz": 1200.0, "critical_rank": 1}]}
+    run.ranks[1].slack = {"windows": 4, "steps": 40, "wait_s_per_step": 0.0, "wait_share": 0.0,
+                          "critical_ranks": {"1": 4}, "tuned": True, "clock_changes": []}
+    text = " ".join(render(run).split())
+    assert ("stragglers pace set by rank 1 in 100 % of windows; ranks waited 15.0 % of their step time; "
+            "1 rank(s) ended locked lower (1200-1200 MHz)") in text

@@ -103,6 +103,9 @@ def totals_table(record: RunRecord) -> Table:
     tuning = tuning_summary(record)
     if tuning:
         rows.append(("GPU tuning", tuning))
+    stragglers = straggler_summary(record)
+    if stragglers:
+        rows.append(("stragglers", stragglers))
     switches = sorted({(s["step"], s["setting"], str(s["value"])) for r in record.ranks for s in r.switches})
     if switches:
         rows.append(("switched", "; ".join(f"step {step}: {name} = {value}" for step, name, value in switches)))
@@ -153,6 +156,26 @@ def tuning_summary(record: RunRecord) -> str | None:
                      f"{saving['samples']:,} samples (estimate)")
     if (report.get("profile") or {}).get("loaded"):
         parts.append("from a saved profile")
+    return escape("; ".join(parts))
+
+
+def straggler_summary(record: RunRecord) -> str | None:
+    """One line on the ranks' online slack: who set the pace, how long the others waited, which clocks the
+    per-rank slowdown locked (``--tune stragglers``)."""
+    slacks = {r.rank: r.slack for r in record.ranks if r.slack}
+    if not slacks:
+        return None
+    first = next(iter(slacks.values()))
+    windows = max(first.get("windows", 0), 1)
+    pace = ", ".join(f"rank {rank} in {100 * n / windows:.0f} % of windows"
+                     for rank, n in sorted(first.get("critical_ranks", {}).items(), key=lambda kv: -kv[1])[:3])
+    waits = [s["wait_share"] for s in slacks.values() if "wait_share" in s]
+    parts = [f"pace set by {pace}", f"ranks waited {100 * sum(waits) / len(waits):.1f} % of their step time"]
+    locked = {rank: s["clock_changes"][-1]["clock_mhz"] for rank, s in slacks.items() if s.get("clock_changes")}
+    if any(s.get("tuned") for s in slacks.values()):
+        final = sorted(c for c in locked.values() if c is not None)
+        parts.append(f"{len(final)} rank(s) ended locked lower ({final[0]:g}-{final[-1]:g} MHz)" if final
+                     else "no rank ended locked")
     return escape("; ".join(parts))
 
 
