@@ -78,3 +78,16 @@ def test_bad_straggler_jobs_are_refused_in_one_line() -> None:
         with pytest.raises(ConfigError, match=words) as err:
             job.validate()
         assert "\n" not in str(err.value)
+
+
+def test_a_rank_whose_energy_rose_when_its_clock_dropped_goes_back_up_and_stays_there() -> None:
+    fine = [float(c) for c in range(600, 1501, 15)]
+    policy = StragglerSlowdown(fine, margin=0.03, max_step=0.10)
+    assert policy.decide([RankWindow(1.0, 1500.0, energy_j=300.0, steps=20), RankWindow(2.0, 1500.0)])[0] == 1350.0
+    assert policy.decide([RankWindow(1.1, 1350.0, locked=True, energy_j=280.0, steps=20),
+                          RankWindow(2.0, 1500.0)])[0] == 1215.0  # cheaper: on down
+    # 1215 MHz cost more per step than 1350 MHz: below the least-energy clock, so back to 1350 and no lower
+    assert policy.decide([RankWindow(1.2, 1215.0, locked=True, energy_j=290.0, steps=20),
+                          RankWindow(2.0, 1500.0)])[0] == 1350.0
+    assert policy.decide([RankWindow(1.1, 1350.0, locked=True, energy_j=280.0, steps=20),
+                          RankWindow(2.0, 1500.0)])[0] == 1350.0

@@ -46,6 +46,7 @@ class SlackWindow:
         spread: Each rank's relative step-to-step standard deviation of that time, by rank.
         clock_mhz: Each rank's SM clock at the end of the window where it was reported (``nan`` otherwise).
         locked: Whether each rank's SM clock was locked.
+        energy_j: Each rank's GPU energy per step over the window where it was reported (``nan`` otherwise).
     """
 
     index: int
@@ -59,6 +60,7 @@ class SlackWindow:
     spread: tuple[float, ...] = ()
     clock_mhz: tuple[float, ...] = ()
     locked: tuple[bool, ...] = ()
+    energy_j: tuple[float, ...] = ()
 
 
 class SlackCallback(Callback):
@@ -96,24 +98,26 @@ class SlackCallback(Callback):
             return
         steps = session.lifecycle.rank.steps
         by_index = {s.step: i for i, s in enumerate(steps)}
-        clock, locked = self.own_clock()
+        clock, locked, energy = self.own_state(window)
         rows = []
         for step_index in range(window.first_step, window.last_step + 1):
             i = by_index[step_index]
             step = steps[i]
             rows.append([ready_s(step, steps[i - 1] if i > 0 else None),
-                         math.nan if step.tail_s is None else step.tail_s, step.step_s, clock, float(locked)])
+                         math.nan if step.tail_s is None else step.tail_s, step.step_s, clock, float(locked),
+                         energy])
         mine = torch.tensor(rows, dtype=torch.float64, device=session.device)
         everyone = [torch.empty_like(mine) for _ in range(session.world_size)]
         dist.all_gather(everyone, mine)
         self.gathers += 1
-        table = torch.stack(everyone).cpu()  # (ranks, steps, [ready, tail, step, clock, locked])
+        table = torch.stack(everyone).cpu()  # (ranks, steps, [ready, tail, step, clock, locked, energy])
         self.history.append(_summarise(window, table))
         self.on_slack(session, self.history[-1])
 
-    def own_clock(self) -> tuple[float, bool]:
-        """This rank's SM clock and whether it is locked, shared with the others (``nan`` where unknown)."""
-        return math.nan, False
+    def own_state(self, window: Window) -> tuple[float, bool, float]:
+        """This rank's SM clock, whether it is locked, and its GPUs' energy per step over ``window``, shared with
+        the others (``nan`` where unknown)."""
+        return math.nan, False, math.nan
 
     def on_slack(self, session: Any, slack: SlackWindow) -> None:
         """Called on every rank with the same picture after each gathered window (for subclasses)."""
@@ -156,4 +160,5 @@ def _summarise(window: Window, table: torch.Tensor) -> SlackWindow:
         critical_rank=top, critical_share=count / steps,
         ready_s=tuple(float(v) for v in mean), spread=tuple(float(v) for v in spread),
         clock_mhz=tuple(float(table[r, -1, 3]) for r in range(ranks)),
-        locked=tuple(bool(table[r, -1, 4] > 0.5) for r in range(ranks)))
+        locked=tuple(bool(table[r, -1, 4] > 0.5) for r in range(ranks)),
+        energy_j=tuple(float(table[r, -1, 5]) for r in range(ranks)))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from dtpo.devices.base import Device, KnobError
+from dtpo.devices.base import Device, DeviceError, KnobError
 from dtpo.devices.knobs import KnobController, log_knob_action
 from dtpo.session.slack import SlackCallback, SlackWindow
 from dtpo.tune.straggler import RankWindow, StragglerSlowdown
@@ -47,6 +47,7 @@ class StragglerCallback(SlackCallback):
         self.controller: KnobController | None = None
         self.lock: float | None = None
         self.changes: list[dict[str, Any]] = []
+        self._energy_mark: float | None = None
 
     def on_train_start(self, session: Any) -> None:
         """Join the slack tracking; tune only if every rank has lockable clocks."""
@@ -63,14 +64,23 @@ class StragglerCallback(SlackCallback):
         self.controller = KnobController(self.mode, log=log_knob_action)
         self.controller.__enter__()
 
-    def own_clock(self) -> tuple[float, bool]:
-        """This rank's SM clock (the GPU's own reading, else the lock, else ``nan``) and whether it is locked."""
+    def own_state(self, window: Any) -> tuple[float, bool, float]:
+        """This rank's SM clock (the GPU's own reading, else the lock, else ``nan``), whether it is locked, and
+        its GPUs' energy per step since the last window (read from their counters)."""
         if not self.gpus:
-            return math.nan, False
+            return math.nan, False, math.nan
         clock = self.gpus[0].sm_clock_mhz()
         if clock is None:
             clock = self.lock if self.lock is not None else math.nan
-        return float(clock), self.lock is not None
+        energy = math.nan
+        try:
+            now = sum(gpu.energy_j() for gpu in self.gpus)
+        except DeviceError:
+            now = None
+        if now is not None and self._energy_mark is not None and window.steps > 0:
+            energy = (now - self._energy_mark) / window.steps
+        self._energy_mark = now
+        return float(clock), self.lock is not None, energy
 
     def on_slack(self, session: Any, slack: SlackWindow) -> None:
         """Decide every rank's lock from the shared window; apply this rank's."""
@@ -78,7 +88,9 @@ class StragglerCallback(SlackCallback):
             return
         top = self.policy.clocks_mhz[-1]
         window = [RankWindow(slack.ready_s[r], slack.clock_mhz[r] if math.isfinite(slack.clock_mhz[r]) else top,
-                             slack.locked[r], slack.spread[r]) for r in range(len(slack.ready_s))]
+                             slack.locked[r], slack.spread[r],
+                             slack.energy_j[r] if math.isfinite(slack.energy_j[r]) else None, slack.steps)
+                  for r in range(len(slack.ready_s))]
         wanted = self.policy.decide(window)[session.rank]
         if wanted == self.lock:
             return

@@ -34,12 +34,16 @@ class RankWindow:
         clock_mhz: The SM clock it actually ran at (under a power limit that binds, below any lock).
         locked: Whether its clock was locked (``False``: it ran at the clock the GPU settles at by itself).
         spread: Relative standard deviation of its per-step ready times in the window (step-to-step noise).
+        energy_j: Its GPUs' energy per step over the window, waiting included (``None`` when not measured).
+        steps: Steps in the window.
     """
 
     ready_s: float
     clock_mhz: float
     locked: bool = False
     spread: float = 0.0
+    energy_j: float | None = None
+    steps: int = 1
 
 
 @dataclass
@@ -56,6 +60,9 @@ class StragglerSlowdown:
             clock cannot then throw a rank far past the pace).
         floor_windows: A rank that became the pace setter while locked keeps above that clock for this many
             windows.
+        energy_tolerance: Where energy per step is measured, a rank whose energy per step rose by more than this
+            share when its clock dropped goes back up and stays at or above the higher clock: below the
+            least-energy clock, a slower clock costs energy instead of saving it.
     """
 
     clocks_mhz: Sequence[float]
@@ -66,6 +73,9 @@ class StragglerSlowdown:
     floor_windows: int = 50
     free_clock: dict[int, float] = field(default_factory=dict)
     floor: dict[int, tuple[float, int]] = field(default_factory=dict)
+    energy_tolerance: float = 0.01
+    energy_floor: dict[int, float] = field(default_factory=dict)
+    _seen: dict[int, tuple[float, float]] = field(default_factory=dict)
     _windows: int = 0
 
     def __post_init__(self) -> None:
@@ -79,6 +89,7 @@ class StragglerSlowdown:
             if not w.locked:
                 self.free_clock[rank] = w.clock_mhz
         self._windows += 1
+        self._learn_energy(window)
         critical = max(range(len(window)), key=lambda r: window[r].ready_s)
         if window[critical].locked:  # slowed too far: never that low again for a while
             self.floor[critical] = (window[critical].clock_mhz, self._windows)
@@ -109,6 +120,8 @@ class StragglerSlowdown:
             if self._windows - since < self.floor_windows:
                 wanted = max(wanted, floor + 1e-6)
                 predicted = max(predicted, floor + 1e-6)
+            lowest = self.energy_floor.get(rank, 0.0)
+            wanted, predicted = max(wanted, lowest), max(predicted, lowest)
             up = [c for c in self.clocks_mhz if c >= wanted - 1e-9]
             clock = up[0] if up else None
             below = [c for c in self.clocks_mhz if predicted - 1e-9 <= c < w.clock_mhz - 1e-9]
@@ -128,3 +141,16 @@ class StragglerSlowdown:
         """Whether ``clock`` is the supported clock right below ``current``."""
         lower = [c for c in self.clocks_mhz if c < current - 1e-9]
         return bool(lower) and abs(lower[-1] - clock) < 1e-9
+
+    def _learn_energy(self, window: Sequence[RankWindow]) -> None:
+        """Set an energy floor for a rank whose energy per step rose when its clock dropped."""
+        for rank, w in enumerate(window):
+            if w.energy_j is None or w.energy_j <= 0:
+                continue
+            before = self._seen.get(rank)
+            # a rise within the noise of two windows' means could be noise: do not stop on it
+            tolerance = max(self.energy_tolerance, 2.0 * math.sqrt(2.0 / max(w.steps, 1)) * w.spread)
+            if before is not None and w.clock_mhz < before[0] - 1e-9 and w.energy_j > before[1] * (1.0 + tolerance):
+                self.energy_floor[rank] = max(self.energy_floor.get(rank, 0.0), before[0])
+            if before is None or abs(w.clock_mhz - before[0]) > 1e-9:
+                self._seen[rank] = (w.clock_mhz, w.energy_j)

@@ -146,10 +146,12 @@ def run_job(job: StragglerJob, tune: bool, journal_dir: Path | None = None,
                 drawn = [gpu.sample_steps(n) for gpu in ranks]
                 compute = np.stack([t for t, _ in drawn]) * job.factors(done, n)
                 step_s = compute.max(axis=0)
-                for gpu, (_, powers), mine in zip(ranks, drawn, compute, strict=True):
+                spent = np.zeros(job.gpus)
+                for r, (gpu, (_, powers), mine) in enumerate(zip(ranks, drawn, compute, strict=True)):
                     wait = step_s - mine
-                    result.energy_j += gpu.advance(mine, powers, wait)
+                    spent[r] = gpu.advance(mine, powers, wait)
                     result.wait_energy_j += float(wait.sum()) * gpu.operating_point().idle_power_w
+                result.energy_j += float(spent.sum())
                 result.time_s += float(step_s.sum())
                 done += n
                 ready = compute.mean(axis=1)
@@ -159,7 +161,8 @@ def run_job(job: StragglerJob, tune: bool, journal_dir: Path | None = None,
                 result.clocks.append(running)
                 if tune:
                     wanted = policy.decide([RankWindow(float(ready[r]), running[r], locks[r] is not None,
-                                                       float(spread[r])) for r in range(job.gpus)])
+                                                       float(spread[r]), float(spent[r]) / n, n)
+                                            for r in range(job.gpus)])
                     for r, (gpu, clock) in enumerate(zip(ranks, wanted, strict=True)):
                         if clock == locks[r]:
                             continue
