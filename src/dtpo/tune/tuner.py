@@ -47,7 +47,9 @@ from typing import Any
 
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
 from dtpo.tune.knob import Knob
+from dtpo.tune.report import profiling_cost, projected_saving, settings_rows
 from dtpo.tune.setting import GpuSetting, Segment
+from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
 
 logger = logging.getLogger(__name__)
@@ -169,7 +171,7 @@ class PowerTuner:
         self.choice: GpuSetting | None = None
         self.stats: dict[GpuSetting, SettingStats] = {}
         self.segments: list[Segment] = []
-        self.settling_s: list[float] = []
+        self.settling = SettlingWatch()
         self.profiling_steps = 0  # steps from the start until the choice was held
         self.steps = 0
         self.retunes = 0
@@ -179,7 +181,6 @@ class PowerTuner:
         self._visit: _Visit | None = None
         self._wait_left = self.options.wait_steps
         self._last_step_s = 0.0
-        self._settled_deviations: list[float] = []
         self._reference: SettingStats | None = None  # the default's figures, for MaxSlowdown
         self._budget = 0
         self._spent = 0
@@ -198,6 +199,11 @@ class PowerTuner:
         if self.options.min_block_s > 0 and self._last_step_s > 0:
             return max(1, math.ceil(self.options.min_block_s / self._last_step_s))
         return 1
+
+    @property
+    def settling_s(self) -> list[float]:
+        """One settling time per change observed so far (see :mod:`dtpo.tune.settling`)."""
+        return self.settling.seconds
 
     @property
     def holding(self) -> bool:
@@ -310,8 +316,7 @@ class PowerTuner:
         self.phase = Phase.WARMUP if warmup > 0 else Phase.PROFILE
 
     def _warmup_steps(self) -> int:
-        settle = max(self.settling_s, default=0.0) * 1.2 + self.options.min_warmup_s
-        settle = min(settle, self.options.max_warmup_s)
+        settle = self.settling.warmup_s(self.options.min_warmup_s, self.options.max_warmup_s)
         step_s = self._step_time_s() or self._last_step_s
         steps = math.ceil(settle / step_s) if step_s > 0 else 0
         return max(self.options.min_warmup_steps, steps)
@@ -332,43 +337,16 @@ class PowerTuner:
         self._decide()
 
     def _observe_settling(self, visit: _Visit) -> None:
-        """How long after the change the blocks of this visit reached their settled level; drop earlier blocks
-        from the setting's figures."""
-        timed = visit.blocks
-        if len(timed) < 4:
-            return
-        half = timed[len(timed) // 2:]
-        level = sum(b.energy_j for _, b in half) / sum(b.time_s for _, b in half)
-        if level <= 0:
-            return
-        # the spread of one settled step's power: the median absolute deviation of the later halves of all visits
-        # so far (robust to the overshoot being looked for, and steady once a few visits are in)
-        # (deviations from the mean of the very blocks they come from are smaller by sqrt((n - 1) / n): undo it)
-        unshrink = math.sqrt(len(half) / (len(half) - 1))
-        self._settled_deviations += [abs(b.power_w / level - 1.0) * math.sqrt(max(b.steps, 1)) * unshrink
-                                     for _, b in half]
-        deviations = sorted(self._settled_deviations)
-        spread = 1.4826 * deviations[len(deviations) // 2]
-        if len(deviations) < 8:  # too few yet: the pooled noise, which errs towards seeing no settling
-            spread = max(spread, self._noise().cost_cv)
-        spread = max(spread, 2e-3)
-        settled_from = 0
-        half_steps = sum(max(b.steps, 1) for _, b in half)
-        for i, (_, block) in enumerate(timed[: (2 * len(timed)) // 3]):
-            # six (estimated) standard errors of the difference to the level: a settled block does not get there
-            # by chance over a whole search, even with the spread estimated from few blocks; a GPU still settling
-            # from a change (tens of % off) does
-            if abs(block.power_w / level - 1.0) > 6.0 * spread * math.sqrt(1 / max(block.steps, 1) + 1 / half_steps):
-                settled_from = i + 1
-        settle_s = timed[settled_from][0] if settled_from < len(timed) else visit.elapsed_s
-        self.settling_s.append(settle_s)
-        unsettled = {id(b) for _, b in timed[:settled_from]}
+        """How long after the change this visit's blocks reached their settled level; move the earlier blocks
+        out of the setting's figures."""
+        settled_from = self.settling.observe(visit.blocks, visit.elapsed_s, self._noise().cost_cv)
+        unsettled = {id(b) for _, b in visit.blocks[:settled_from]}
         if unsettled:
             stats = visit.candidate.stats
             moved = [b for b in stats.blocks if id(b) in unsettled]
             stats.blocks = [b for b in stats.blocks if id(b) not in unsettled]
             stats.warmup_steps += sum(b.steps for b in moved)
-            logger.debug("tuner: %s settled after %.2f s", stats.setting.label, settle_s)
+            logger.debug("tuner: %s settled after %.2f s", stats.setting.label, self.settling.seconds[-1])
 
     # -- deciding ---------------------------------------------------------------------------------------------
 
@@ -595,32 +573,17 @@ class PowerTuner:
         """The current knob's candidates with their status."""
         return list(self._candidates)
 
+    def _default_stats(self) -> SettingStats | None:
+        return self._reference if self._reference is not None else self.stats.get(self.default)
+
     def profiling_cost(self) -> dict[str, float] | None:
-        """Extra time and energy the steps before holding cost against running them at the default setting
-        (measured figures of each setting; ``None`` before the default is measured)."""
-        ref = self._reference if self._reference is not None else self.stats.get(self.default)
-        if ref is None or not ref.measured:
-            return None
-        spent = [seg for seg in self.segments if seg.phase != "hold"]
-        time_s = sum(seg.time_s for seg in spent)
-        energy_j = sum(seg.energy_j for seg in spent)
-        samples = sum(seg.samples for seg in spent)
-        return {"steps": sum(seg.steps for seg in spent), "time_s": time_s, "energy_j": energy_j,
-                "extra_time_s": time_s - samples * ref.time_per_sample_s,
-                "extra_energy_j": energy_j - samples * ref.energy_per_sample_j}
+        """Extra time and energy the steps before holding cost against the default (see :mod:`dtpo.tune.report`)."""
+        return profiling_cost(self.segments, self._default_stats())
 
     def projected_saving(self, remaining_samples: int) -> dict[str, float] | None:
         """What holding the choice instead of the default saves over ``remaining_samples`` (estimates)."""
-        ref = self._reference if self._reference is not None else self.stats.get(self.default)
         chosen = self.stats.get(self.choice) if self.choice is not None else None
-        if ref is None or chosen is None or not ref.measured or not chosen.measured:
-            return None
-        cost_ref, cost_choice = ref.cost(self.metric, self.context), chosen.cost(self.metric, self.context)
-        return {"samples": remaining_samples,
-                "time_s": remaining_samples * (ref.time_per_sample_s - chosen.time_per_sample_s),
-                "energy_j": remaining_samples * (ref.energy_per_sample_j - chosen.energy_per_sample_j),
-                "cost": remaining_samples * (cost_ref - cost_choice),
-                "cost_fraction": 1.0 - cost_choice / cost_ref if cost_ref else 0.0}
+        return projected_saving(self._default_stats(), chosen, self.metric, self.context, remaining_samples)
 
     def report(self, remaining_samples: int | None = None) -> dict[str, Any]:
         """What was tried, what it cost, and the choice: plain values for the record.
@@ -629,18 +592,8 @@ class PowerTuner:
             remaining_samples: Samples the job trains after the choice was held, for the projected saving.
         """
         noise = self._noise()
-        z = self.options.z
-        rows = []
         status = {c.stats.setting: (c.status, c.reason) for c in self._candidates}
-        for s in sorted(self.stats.values(), key=lambda s: s.setting.sort_key, reverse=True):
-            if not s.measured:
-                continue
-            e = estimate(s, noise, self.metric, self.context)
-            st, why = status.get(s.setting, ("measured", ""))
-            rows.append({**s.setting.as_dict(), "steps": s.steps, "warmup_steps": s.warmup_steps,
-                         "time_per_sample_s": e.time_per_sample_s, "energy_per_sample_j": e.energy_per_sample_j,
-                         "cost": e.cost, "cost_low": e.cost - z * e.cost_se, "cost_high": e.cost + z * e.cost_se,
-                         "status": st, "reason": why})
+        rows = settings_rows(self.stats.values(), status, noise, self.metric, self.context, self.options.z)
         return {"metric": self.metric.name, "metric_description": self.metric.describe(),
                 "unit": self.metric.unit, "phase": self.phase.value,
                 "choice": None if self.choice is None else self.choice.as_dict(),

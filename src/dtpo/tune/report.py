@@ -1,0 +1,56 @@
+"""What a tuning run reports: each setting tried with its interval and fate, what profiling cost against the
+default setting, and what holding the choice saves. Plain values for the record and the summary."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from dtpo.tune.cost import CostContext, CostMetric
+from dtpo.tune.setting import GpuSetting, Segment
+from dtpo.tune.stats import NoiseEstimate, SettingStats, estimate
+
+
+def settings_rows(stats: Iterable[SettingStats], status: Mapping[GpuSetting, tuple[str, str]], noise: NoiseEstimate,
+                  metric: CostMetric, context: CostContext, z: float) -> list[dict[str, Any]]:
+    """One row per measured setting, from the most power allowed down: figures, cost with its interval of ``z``
+    standard errors, and what became of it (``status``: setting -> (status, reason))."""
+    rows = []
+    for s in sorted(stats, key=lambda s: s.setting.sort_key, reverse=True):
+        if not s.measured:
+            continue
+        e = estimate(s, noise, metric, context)
+        st, why = status.get(s.setting, ("measured", ""))
+        rows.append({**s.setting.as_dict(), "steps": s.steps, "warmup_steps": s.warmup_steps,
+                     "time_per_sample_s": e.time_per_sample_s, "energy_per_sample_j": e.energy_per_sample_j,
+                     "cost": e.cost, "cost_low": e.cost - z * e.cost_se, "cost_high": e.cost + z * e.cost_se,
+                     "status": st, "reason": why})
+    return rows
+
+
+def profiling_cost(segments: Iterable[Segment], reference: SettingStats | None) -> dict[str, float] | None:
+    """Extra time and energy the steps before holding cost against running them at the default setting
+    (``reference``, by its measured figures); ``None`` before the default is measured."""
+    if reference is None or not reference.measured:
+        return None
+    spent = [seg for seg in segments if seg.phase != "hold"]
+    time_s = sum(seg.time_s for seg in spent)
+    energy_j = sum(seg.energy_j for seg in spent)
+    samples = sum(seg.samples for seg in spent)
+    return {"steps": sum(seg.steps for seg in spent), "time_s": time_s, "energy_j": energy_j,
+            "extra_time_s": time_s - samples * reference.time_per_sample_s,
+            "extra_energy_j": energy_j - samples * reference.energy_per_sample_j}
+
+
+def projected_saving(reference: SettingStats | None, chosen: SettingStats | None, metric: CostMetric,
+                     context: CostContext, remaining_samples: int) -> dict[str, float] | None:
+    """What holding ``chosen`` instead of the default (``reference``) saves over ``remaining_samples``
+    (estimates from the measured figures); ``None`` when either is unmeasured."""
+    if reference is None or chosen is None or not reference.measured or not chosen.measured:
+        return None
+    cost_ref, cost_choice = reference.cost(metric, context), chosen.cost(metric, context)
+    return {"samples": remaining_samples,
+            "time_s": remaining_samples * (reference.time_per_sample_s - chosen.time_per_sample_s),
+            "energy_j": remaining_samples * (reference.energy_per_sample_j - chosen.energy_per_sample_j),
+            "cost": remaining_samples * (cost_ref - cost_choice),
+            "cost_fraction": 1.0 - cost_choice / cost_ref if cost_ref else 0.0}
