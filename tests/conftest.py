@@ -67,3 +67,29 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int | 
         main(argv)
     captured = capsys.readouterr()
     return ended.value.code, captured.out, captured.err
+
+
+def train_behind_a_straggler(session: Any, rank: int, steps: int, lag_s: float, straggler: int = 1) -> None:
+    """Train a tiny linear model for ``steps`` steps where rank ``straggler`` gets each batch ``lag_s`` late,
+    then finish the session (for tests of what the other ranks learn about waiting)."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = session.wrap(nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batch = (torch.randn(4, 8), torch.randint(0, 2, (4,)))
+
+    def data() -> Any:
+        while True:
+            if rank == straggler:
+                time.sleep(lag_s)
+            yield batch
+
+    for x, y in session.batches(data(), steps=steps):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+    session.finish()

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
-import torch
-import torch.nn.functional as F
-from conftest import run_ranks
-from torch import nn
+from conftest import run_ranks, train_behind_a_straggler
 
 import dtpo
 from dtpo.session.slack import SlackCallback
@@ -24,21 +20,7 @@ def _train(rank: int, world_size: int, out: str) -> None:
     slack = SlackCallback()
     session = dtpo.Session(warmup_steps=WARMUP, window_steps=WINDOW, count_flops=False, progress=False,
                            energy=False, run_dir=Path(out) / "run", callbacks=[slack])
-    torch.manual_seed(0)
-    model = session.wrap(nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    batch = (torch.randn(4, 8), torch.randint(0, 2, (4,)))
-
-    def data():  # rank 1 is the straggler: each of its batches comes LAG_S late
-        while True:
-            if rank == 1:
-                time.sleep(LAG_S)
-            yield batch
-
-    for x, y in session.batches(data(), steps=STEPS):
-        session.backward(F.cross_entropy(model(x), y))
-        session.step(opt)
-    session.finish()
+    train_behind_a_straggler(session, rank, STEPS, LAG_S)
     latest = slack.latest
     assert latest is not None
     (Path(out) / f"rank{rank}.json").write_text(json.dumps({

@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pytest
-import torch
-import torch.nn.functional as F
-from conftest import run_ranks
+from conftest import run_ranks, train_behind_a_straggler
 from fakes import FakeGpu
-from torch import nn
 
 import dtpo
 from dtpo.session.straggler_tuning import StragglerCallback
@@ -29,21 +25,7 @@ def _train(rank: int, world_size: int, out: str, with_knobs: list[int]) -> None:
     callback = StragglerCallback("apply", [gpu] if rank in with_knobs else [])
     session = dtpo.Session(warmup_steps=2, window_steps=WINDOW, count_flops=False, progress=False, energy=False,
                            run_dir=Path(out) / "run", callbacks=[callback])
-    torch.manual_seed(0)
-    model = session.wrap(nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    batch = (torch.randn(4, 8), torch.randint(0, 2, (4,)))
-
-    def data():  # rank 1 is the straggler
-        while True:
-            if rank == 1:
-                time.sleep(LAG_S)
-            yield batch
-
-    for x, y in session.batches(data(), steps=STEPS):
-        session.backward(F.cross_entropy(model(x), y))
-        session.step(opt)
-    session.finish()
+    train_behind_a_straggler(session, rank, STEPS, LAG_S)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps({
         "calls": gpu.calls, "locked_at_end": gpu.state.locked_sm_clocks_mhz, "gathers": callback.gathers,
         "windows": len(callback.history), "slack": session.lifecycle.rank.slack}))

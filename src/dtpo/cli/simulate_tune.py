@@ -16,7 +16,8 @@ from rich.table import Table
 
 from dtpo.plan.simulated_job import SimulatedJob
 from dtpo.tune.cost import CostMetric
-from dtpo.tune.simulated import SimulatedTuning, candidate_settings, oracle, summary, true_cost, tune_on_simulated
+from dtpo.tune.setting import GpuSetting
+from dtpo.tune.simulated import SimulatedTuning, candidate_settings, summary, tune_on_simulated
 
 ZEUS_STEPS_PER_LIMIT = 50  # Zeus's GlobalPowerLimitOptimizer: 10 warm-up + 40 profiled steps per limit
 
@@ -61,19 +62,19 @@ def visits_line(run: SimulatedTuning) -> str:
     return " -> ".join(parts)
 
 
-def result_table(run: SimulatedTuning, job: SimulatedJob, knob: str, cost: CostMetric, step_w: float) -> Table:
-    """The tuning run against the oracle and against a Zeus-style full sweep."""
+def result_table(run: SimulatedTuning, job: SimulatedJob, knob: str, cost: CostMetric, step_w: float,
+                 found: dict[str, Any]) -> Table:
+    """The tuning run against the oracle (``found``: :func:`dtpo.tune.simulated.summary`) and against a
+    Zeus-style full sweep."""
     gpus = job.gpus
     steps = job.config.steps
-    found = summary(run, gpus, cost, knob, steps)
-    best, best_cost = oracle(gpus, cost, knob, step_w)
+    best, best_cost, chosen_cost = GpuSetting.from_dict(found["oracle"]), found["oracle_cost"], found["choice_cost"]
     sweep_steps = 1 + ZEUS_STEPS_PER_LIMIT * len(candidate_settings(gpus, knob, step_w))
     profile = run.tuner.profiling_cost() or {}
     table = Table(title="result (simulated; the oracle is the best setting of a full noise-free sweep)",
                   title_justify="left", show_header=False)
     table.add_column(justify="left")
     table.add_column(justify="left")
-    chosen_cost = true_cost(gpus, run.choice, cost)
     table.add_row("choice", f"{run.choice.label}: {chosen_cost:.4g} {cost.unit} "
                             f"({(chosen_cost / best_cost - 1) * 100:+.2f} % against the oracle)")
     table.add_row("oracle", f"{best.label}: {best_cost:.4g} {cost.unit}")
@@ -100,7 +101,8 @@ def print_tuning(console: Console, run: SimulatedTuning, job: SimulatedJob, knob
     console.print(f"visits: {visits_line(run)}")
     for line in run.tuner.history:
         console.print(f"decided: {line}")
-    console.print(result_table(run, job, knob, cost, step_w))
+    found = summary(run, job.gpus, cost, knob, job.config.steps, step_w)
+    console.print(result_table(run, job, knob, cost, step_w, found))
     console.print("All figures are simulated, not measured. Communication and data loading are not modelled.",
                   style="dim")
-    return {"tuning": run.tuner.report(), "result": summary(run, job.gpus, cost, knob, job.config.steps)}
+    return {"tuning": run.tuner.report(), "result": found}

@@ -173,9 +173,10 @@ def oracle(gpus: SimulatedGpu | SimulatedGpuGroup, cost: CostMetric, knob: str =
 
 
 def summary(run: SimulatedTuning, gpus: SimulatedGpu | SimulatedGpuGroup, cost: CostMetric,
-            knob: str = "power-limit", job_steps: int = 10_000) -> dict[str, Any]:
-    """The run against the oracle, noise-free: choice, cost ratio, profiling cost and the job's total."""
-    best, best_cost = oracle(gpus, cost, knob)
+            knob: str = "power-limit", job_steps: int = 10_000, step_w: float = DEFAULT_STEP_W) -> dict[str, Any]:
+    """The run against the oracle (over the same grid, ``step_w``), noise-free: choice, cost per sample of both,
+    their ratio, and the job's total."""
+    best, best_cost = oracle(gpus, cost, knob, step_w)
     chosen_cost = true_cost(gpus, run.choice, cost)
     samples_per_step = len(_members(gpus)) * gpus.model.batch_size
     context = context_of(gpus)
@@ -188,7 +189,8 @@ def summary(run: SimulatedTuning, gpus: SimulatedGpu | SimulatedGpuGroup, cost: 
     profiled = sum(seg.steps for seg in run.segments if seg.phase != "hold")
     rest = max(job_steps - profiled, 0) * samples_per_step * spent(run.choice)
     default_cost = true_cost(gpus, run.default, cost)
-    return {"choice": run.choice.as_dict(), "oracle": best.as_dict(), "cost_ratio": chosen_cost / best_cost,
+    return {"choice": run.choice.as_dict(), "oracle": best.as_dict(), "choice_cost": chosen_cost,
+            "oracle_cost": best_cost, "cost_ratio": chosen_cost / best_cost,
             "profiling_steps": run.profiling_steps, "job_cost": profile_cost + rest,
             "default_job_cost": default_cost * job_steps * samples_per_step,
             "oracle_job_cost": best_cost * job_steps * samples_per_step}
