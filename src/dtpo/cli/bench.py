@@ -33,13 +33,26 @@ def parse_worker_counts(text: str) -> list[int]:
     return sorted(set(counts))
 
 
+def for_worker_count(config: RunConfig, count: int) -> RunConfig:
+    """``config`` at ``count`` workers. Job-knob tuning drops the compression knob on one worker (there is no
+    all-reduce to compress), so ``dtpo bench --tune compression`` shows where compression starts to pay."""
+    out = config.replace(launch={"workers": count})
+    knobs = config.tune.job_knobs
+    if count < 2 and "compression" in knobs:
+        rest = [k for k in knobs if k != "compression"]
+        log.info("bench: 1 worker has no all-reduce to compress: tuning %s there", ", ".join(rest) or "nothing")
+        out = out.replace(tune={"knob": ",".join(rest) or None,
+                                "allow_batch_change": config.tune.allow_batch_change and "grad-accum" in rest})
+    return out
+
+
 def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
     """Train ``config`` at every worker count (weak scaling: the per-worker batch stays the same).
 
     Threads per worker are decided for each count (unless the user fixed them), so a 2-worker run does not
     inherit the 1-worker run's threads and oversubscribe the CPU. Returns the bench directory and its rows.
     """
-    resolved = {count: resolve(config.replace(launch={"workers": count})) for count in counts}
+    resolved = {count: resolve(for_worker_count(config, count)) for count in counts}
     bench_dir = prepare_run_dir(config.launch.run_dir or Path("runs") / f"bench-{new_run_id()}",
                                 overwrite=config.launch.overwrite)
     console = make_console()

@@ -81,6 +81,9 @@ def check_tuning(config: RunConfig) -> None:
     parse_cost(tune.cost)
     if tune.knob is None:
         return
+    if tune.job_knobs:
+        check_job_tuning(config)
+        return
     if config.knobs.requested:
         raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock")
     if tune.knob == "stragglers" and config.launch.workers < 2:
@@ -98,6 +101,28 @@ def check_tuning(config: RunConfig) -> None:
                    else f"--tune {tune.knob} --cost {tune.cost}")
         raise ConfigError(f"--tune {tune.knob} needs an NVIDIA GPU and this machine has none usable ({why}); "
                           f"`dtpo simulate {example}` runs the same tuner on simulated GPUs")
+
+
+def check_job_tuning(config: RunConfig) -> None:
+    """Refuse job-knob tuning that cannot run here: compression without DDP on 2+ workers, or a starting
+    precision this machine's device cannot run.
+
+    Raises:
+        ConfigError: One line naming the setting.
+    """
+    from dtpo.session.precision import check_precision
+
+    knobs = config.tune.job_knobs
+    if "compression" in knobs and (config.launch.workers < 2 or config.session.strategy != "ddp"):
+        raise ConfigError("--tune compression needs DDP on 2 or more workers (--workers 2 --strategy ddp): "
+                          "gradients are compressed in DDP's all-reduce")
+    check_precision(config.session.precision, _training_device())
+
+
+def _training_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:

@@ -48,6 +48,7 @@ KNOB_MODES: tuple[str, ...] = ("apply", "dry-run", "observe")
 BACKENDS: tuple[str, ...] = ("gloo", "nccl")
 TUNE_KNOBS: tuple[str, ...] = ("power-limit", "sm-clock", "both")  # the GPU knobs the power tuner searches
 TUNE_CHOICES: tuple[str, ...] = (*TUNE_KNOBS, "stragglers")  # stragglers: each waiting rank slows its own GPU
+JOB_KNOBS: tuple[str, ...] = ("precision", "grad-accum", "compression")  # job knobs, tuned in this order
 
 MAX_STEPS = 10**9
 MAX_BATCH_SIZE = 2**20
@@ -266,8 +267,9 @@ class TuneConfig(_Section):
     SECTION: ClassVar[str] = "tune"
 
     knob: str | None = field(default=None, metadata=flag("--tune"))
-    """Tune while training: power-limit, sm-clock or both (toward --cost), or stragglers (ranks that only wait
-    for the slowest one lock their own SM clock lower); default: no tuning."""
+    """Tune while training: power-limit, sm-clock or both (toward --cost); stragglers (ranks that only wait
+    for the slowest one lock their own SM clock lower); or job knobs, comma-separated: precision, grad-accum,
+    compression (toward --cost, numerics guarded); default: no tuning."""
     cost: str = field(default="zeus:0.5", metadata=flag("--cost"))
     """What the tuner minimises: energy, time, zeus:ETA, slowdown:FACTOR or dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR."""
     step_w: float = field(default=25.0, metadata=flag("--tune-step"))
@@ -276,10 +278,42 @@ class TuneConfig(_Section):
     """Folder of saved tuning profiles (default: $DTPO_STATE_DIR/profiles)."""
     fresh_profile: bool = field(default=False, metadata=flag("--fresh-profile"))
     """Profile again even when a saved profile of the same job exists."""
+    allow_batch_change: bool = field(default=False, metadata=flag("--allow-batch-change"))
+    """Let --tune grad-accum change the global batch (more micro-batches of the same size); by default it
+    keeps micro-batch x accumulation fixed, which leaves the optimisation unchanged."""
+    guard_cosine: float = field(default=0.8, metadata=flag("--guard-cosine"))
+    """Convergence guard: a precision or compression is accepted only when its gradient on a probe batch has at
+    least this cosine similarity with the exact float32 gradient (error feedback averaged over a few probes)."""
+    guard_loss_rise: float = field(default=0.05, metadata=flag("--guard-loss-rise"))
+    """Convergence guard: a setting that changes numerics is rejected when the loss over its profiling steps
+    rises by more than this fraction above the loss just before it (beyond the loss's own noise)."""
+
+    @property
+    def job_knobs(self) -> tuple[str, ...]:
+        """The job knobs named by ``knob`` (empty for GPU knobs or no tuning)."""
+        if self.knob is None or self.knob in TUNE_CHOICES:
+            return ()
+        return tuple(n for n in JOB_KNOBS if n in {part.strip() for part in self.knob.split(",")})
 
     def __post_init__(self) -> None:
-        if self.knob is not None:
-            self._choice("knob", TUNE_CHOICES)
+        if self.knob is not None and self.knob not in TUNE_CHOICES:
+            self._check_type("knob", str, False)
+            names = [part.strip() for part in self.knob.split(",")]
+            bad = next((n for n in names if n not in JOB_KNOBS), None)
+            if bad in TUNE_CHOICES:
+                raise self._fail("knob", f"cannot combine {bad} with job knobs yet ({self.knob!r}): tune the GPU "
+                                         "knobs and the job knobs in separate runs")
+            if bad is not None:
+                raise self._fail("knob", f"unknown knob {bad!r} (choose {', '.join(TUNE_CHOICES)}, or job knobs "
+                                         f"separated by commas: {', '.join(JOB_KNOBS)})")
+            if len(set(names)) != len(names):
+                raise self._fail("knob", f"names a knob twice: {self.knob!r}")
+        self._bool("allow_batch_change")
+        if self.allow_batch_change and "grad-accum" not in self.job_knobs:
+            raise self._fail("allow_batch_change", "is only meaningful with --tune grad-accum (accumulation in the "
+                                                   "knob list)")
+        self._float("guard_cosine", positive=True, maximum=1.0)
+        self._float("guard_loss_rise", positive=True, maximum=10.0)
         self._check_type("cost", str, False)
         if not self.cost.strip():
             raise self._fail("cost", "must name a cost metric, got an empty string")

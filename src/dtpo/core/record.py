@@ -55,7 +55,7 @@ class StepRecord:
         comm_exposed_s: Collective time not hidden behind backward.
         sync_wait_s: Time this rank waited for the slowest rank.
         optimizer_s: From backward's return to the end of ``optimizer.step()`` and ``zero_grad()``.
-        loss: The loss of the last micro-batch, if the script reported one.
+        loss: The mean loss of the step's micro-batches, if the script reported them.
     """
 
     step: int

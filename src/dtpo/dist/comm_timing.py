@@ -57,6 +57,7 @@ class GradientComm:
         self.ready_count = 0
         self.compression = "none"
         self.powersgd_rank = 1
+        self.error_feedback = True
         self._model: DistributedDataParallel | None = None
         self._backend: str | None = None
         self._handles: list[Any] = []
@@ -96,8 +97,9 @@ class GradientComm:
         self.last_ready = None
         self.ready_count = 0
 
-    def set_compression(self, name: str, powersgd_rank: int = 1) -> None:
-        """Communicate gradients with ``name`` from the next backward on.
+    def set_compression(self, name: str, powersgd_rank: int = 1, error_feedback: bool = True) -> None:
+        """Communicate gradients with ``name`` from the next backward on (``error_feedback=False`` turns off
+        PowerSGD's error feedback: a deliberately worse compression, for testing a convergence guard).
 
         Switching to the setting already in force keeps its state (PowerSGD's error feedback); any other
         switch starts the new compression afresh. Before :meth:`attach` this only records the choice.
@@ -106,7 +108,8 @@ class GradientComm:
             ConfigError: Unknown compression, PowerSGD rank out of range, or one the backend cannot do.
         """
         check_compression(name, self._backend, powersgd_rank)
-        if name == self.compression and (name != "powersgd" or powersgd_rank == self.powersgd_rank):
+        if name == self.compression and (name != "powersgd" or (powersgd_rank, error_feedback)
+                                          == (self.powersgd_rank, self.error_feedback)):
             return
         model = self._model
         if model is not None:
@@ -114,10 +117,10 @@ class GradientComm:
                 model.register_comm_hook(None, self._dispatch)
                 self._dispatching = True
             if self._dispatching:
-                self._inner = self._powersgd_when_ready(model, powersgd_rank) if name == "powersgd" \
-                    else inner_hook(name, model.process_group)
+                self._inner = self._powersgd_when_ready(model, powersgd_rank, error_feedback) \
+                    if name == "powersgd" else inner_hook(name, model.process_group)
         log.debug("gradient compression %s -> %s", self.compression, name)
-        self.compression, self.powersgd_rank = name, powersgd_rank
+        self.compression, self.powersgd_rank, self.error_feedback = name, powersgd_rank, error_feedback
 
     def _stamp(self, param: torch.Tensor) -> None:
         self.last_ready = self._mark()
@@ -127,12 +130,13 @@ class GradientComm:
         """The Python comm hook: hands each bucket to the current compression."""
         return self._inner(bucket)  # type: ignore[misc]
 
-    def _powersgd_when_ready(self, model: DistributedDataParallel, rank: int) -> InnerHook:
+    def _powersgd_when_ready(self, model: DistributedDataParallel, rank: int, error_feedback: bool = True
+                             ) -> InnerHook:
         """PowerSGD, with DDP's all-reduce until DDP has settled its buckets (after its first synced step).
 
         PowerSGD keeps error feedback per bucket, so it must not start before the bucket layout is final.
         """
-        powersgd = inner_hook("powersgd", model.process_group, rank, self._backend)
+        powersgd = inner_hook("powersgd", model.process_group, rank, self._backend, error_feedback)
         plain = inner_hook("none", model.process_group)
 
         def hook(bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

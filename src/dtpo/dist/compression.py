@@ -82,7 +82,8 @@ def check_compression(compression: str, backend: str | None = None, powersgd_ran
         raise ConfigError(f"compression {compression!r} is not available on backend {backend!r}: {why}")
 
 
-def inner_hook(compression: str, process_group: Any, powersgd_rank: int = 1, backend: str | None = None) -> InnerHook:
+def inner_hook(compression: str, process_group: Any, powersgd_rank: int = 1, backend: str | None = None,
+               error_feedback: bool = True) -> InnerHook:
     """The communication for one compression, state bound, for a Python comm hook to call per bucket.
 
     Args:
@@ -91,6 +92,7 @@ def inner_hook(compression: str, process_group: Any, powersgd_rank: int = 1, bac
         process_group: The DDP model's process group.
         powersgd_rank: PowerSGD's matrix approximation rank.
         backend: The process group's backend (PowerSGD runs bucket by bucket except on ``nccl``).
+        error_feedback: PowerSGD's error feedback (off only to test that a guard catches the damage).
     """
     if compression == "none":
         return lambda bucket: default_hooks.allreduce_hook(process_group, bucket)
@@ -103,7 +105,8 @@ def inner_hook(compression: str, process_group: Any, powersgd_rank: int = 1, bac
         # first one, which would change the shapes error feedback is kept for. The caller only reaches this
         # hook once the buckets are final (see GradientComm), so it starts at once.
         state = powerSGD_hook.PowerSGDState(process_group=process_group, matrix_approximation_rank=powersgd_rank,
-                                            start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
+                                            start_powerSGD_iter=2, use_error_feedback=error_feedback,
+                                            warm_start=True)
         state.iter = state.start_powerSGD_iter
         if backend == "nccl":
             return lambda bucket: powerSGD_hook.powerSGD_hook(state, bucket)

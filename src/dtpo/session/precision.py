@@ -15,6 +15,26 @@ from dtpo.core.errors import ConfigError
 _AUTOCAST_DTYPE = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
+def check_precision(name: str, device: torch.device | str) -> None:
+    """Raise :class:`ConfigError` (one line) unless ``device`` can autocast to ``name``'s dtype.
+
+    CUDA GPUs before Ampere have no bfloat16 arithmetic (torch reports it through
+    ``torch.cuda.is_bf16_supported``); a device type torch has no autocast for cannot run a mixed precision.
+    """
+    if name not in PRECISIONS:
+        raise ConfigError(f"unknown precision {name!r} (choose from: {', '.join(PRECISIONS)})")
+    kind = torch.device(device).type
+    dtype = _AUTOCAST_DTYPE.get(name)
+    if dtype is None:
+        return
+    if not torch.amp.is_autocast_available(kind):
+        raise ConfigError(f"precision {name} needs autocast, which torch does not have for {kind} devices")
+    if kind == "cuda" and dtype == torch.bfloat16 and torch.cuda.is_available() \
+            and not torch.cuda.is_bf16_supported(including_emulation=False):
+        raise ConfigError(f"precision {name}: {torch.cuda.get_device_name()} has no bfloat16 arithmetic "
+                          "(Ampere or newer); use 16-mixed")
+
+
 class Precision:
     """One of :data:`PRECISIONS` applied on one device.
 
@@ -24,8 +44,7 @@ class Precision:
     """
 
     def __init__(self, name: str, device: torch.device) -> None:
-        if name not in PRECISIONS:
-            raise ConfigError(f"unknown precision {name!r} (choose from: {', '.join(PRECISIONS)})")
+        check_precision(name, device)
         self.name = name
         self.device = device
         self.autocast_dtype = _AUTOCAST_DTYPE.get(name)

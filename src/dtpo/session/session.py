@@ -48,10 +48,13 @@ from dtpo.session.clock import clock_for
 from dtpo.session.divergence import check_loss
 from dtpo.session.environment import describe_device, environment
 from dtpo.session.gpu_knobs import KnobCallback, rank_gpus
+from dtpo.session.job_tuning import JobTuneCallback
 from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir, now_iso
 from dtpo.session.mfu import peak_flops
 from dtpo.session.power_tuning import TuneCallback
 from dtpo.session.precision import Precision
+from dtpo.session.probe import MAX_SCALE_RETRIES, ProbeQueue, ProbeRequest
+from dtpo.session.rebatch import cut_batch, join_batches
 from dtpo.session.step_energy import EnergyCallback
 from dtpo.session.straggler_tuning import StragglerCallback
 from dtpo.session.timer import StepTimer
@@ -166,6 +169,10 @@ class Session:
         self._flop_mode: FlopCounterMode | None = None
         self._flops = 0
         self._sync_ctx: contextlib.ExitStack | None = None
+        self._loader_batches = cfg.grad_accum  # loader batches per optimizer step (see set_grad_accum)
+        self._cut: list[Any] = []  # micro-batches re-cut from this step's loader batches, not yet handed out
+        self._probes = ProbeQueue()
+        self._probe_state: str | None = None  # "batch", then "backward", while a probe pass is in the loop
         self._window_steps: list[StepRecord] = []
         self._windows = 0
         self.energy: EnergyCallback | None = None
@@ -270,14 +277,18 @@ class Session:
         while target is None or self._step < target:
             first = self._micro == 0
             if first:
+                if self._probes.pending:
+                    yield from self._run_probes()
                 self._dispatch("on_step_begin", self._step)
             timer.batch_requested(first)
             try:
-                batch = next(iterator)
+                batch = self._next_micro_batch(iterator)
             except StopIteration:
                 return
             if self.device.type != "cpu":
                 batch = _to_device(batch, self.device)
+            if self._probes.keep_next:
+                self._probes.keep(batch)
             timer.batch_arrived(_count_samples(batch))
             self._enter_micro_step()
             yield batch
@@ -289,6 +300,11 @@ class Session:
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of a micro-batch's loss, scaled by ``1 / grad_accum`` so k micro-batches equal one
         k-times larger batch, and through the gradient scaler for ``16-mixed``."""
+        if self._probe_state == "batch":
+            self._probe_state = "backward"
+            self.precision.backward(loss)
+            self._loss = loss.detach()
+            return
         if self.timer.batch_ready is None:
             raise RuntimeError("session.backward() must follow a batch from session.batches()")
         last = self._micro == self.grad_accum - 1
@@ -299,7 +315,8 @@ class Session:
         finally:
             self._exit_micro_step()
         self.timer.backward_finished(last)
-        self._loss = loss.detach()
+        summed = self._loss if self._micro > 0 and self._loss is not None else None
+        self._loss = loss.detach() if summed is None else summed + loss.detach()  # the step's loss: the mean
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """End a micro-step; at the end of an accumulation window, step the optimizer and zero gradients.
@@ -310,6 +327,9 @@ class Session:
         Raises:
             DivergedError: The loss is NaN or infinite (the run ends with ``status: "diverged"``).
         """
+        if self._probe_state == "backward":
+            self._finish_probe_pass(optimizer)
+            return False
         if not self.timer.backward_done:
             raise RuntimeError("session.step() must follow session.backward(loss)")
         self.timer.backward_done = False
@@ -383,25 +403,103 @@ class Session:
         self.precision = Precision(name, self.device)
         self._log_switch("precision", name)
 
-    def set_grad_accum(self, micro_batches: int) -> None:
+    def set_grad_accum(self, micro_batches: int, *, keep_global_batch: bool = False) -> None:
         """Take ``micro_batches`` micro-batches per optimizer step from the next step on.
 
-        With the same micro-batch size this changes the global batch (and so the optimisation); a caller that
-        keeps the global batch fixed also changes the micro-batch size of its loader.
+        Args:
+            micro_batches: Micro-batches per optimizer step.
+            keep_global_batch: Keep the samples of each step: the Session joins the loader batches a step took
+                so far and cuts them into ``micro_batches`` equal micro-batches (:mod:`dtpo.session.rebatch`),
+                which leaves every update as it was. Otherwise each loader batch stays a micro-batch, so the
+                global batch (and the optimisation) changes with the accumulation.
         """
         self._check_between_steps("grad_accum")
         if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
             raise ConfigError(f"grad_accum must be an integer >= 1, got {micro_batches!r}")
+        if not keep_global_batch:
+            self._loader_batches = micro_batches
         if micro_batches == self.grad_accum:
             return
         self.grad_accum = micro_batches
         self._log_switch("grad_accum", micro_batches)
 
-    def set_compression(self, name: str, powersgd_rank: int | None = None) -> None:
+    def _next_micro_batch(self, iterator: Iterator[Any]) -> Any:
+        """The next micro-batch: the loader's own, or one re-cut from the step's loader batches."""
+        if self.grad_accum == self._loader_batches:
+            return next(iterator)
+        if not self._cut:
+            self._cut = cut_batch(join_batches([next(iterator) for _ in range(self._loader_batches)]),
+                                  self.grad_accum)
+        return self._cut.pop(0)
+
+    # -- probes (the convergence guard's measurements) --------------------------------------------------
+
+    def keep_probe_batch(self) -> None:
+        """Keep a copy of the next micro-batch as the batch every probe runs on."""
+        self._probes.keep_next = True
+
+    def request_probe(self, request: ProbeRequest) -> None:
+        """Run a probe (:mod:`dtpo.session.probe`) before the next optimizer step; every rank must ask for the
+        same probes at the same step. ``request.done`` gets the result."""
+        if request.compression != "none" and self.comm is None:
+            raise ConfigError(f"compression {request.compression!r} needs DDP with more than one process")
+        self._probes.pending.append(request)
+
+    def _run_probes(self) -> Iterator[Any]:
+        """Hand the kept batch to the training loop once per probe pass, each probe in its own setting."""
+        queue = self._probes
+        if queue.batch is None:
+            raise RuntimeError("a probe needs a kept batch: call keep_probe_batch() before training")
+        while queue.pending:
+            request = queue.pending.popleft()
+            saved_precision = self.precision
+            saved_comm = (self.comm.compression, self.comm.powersgd_rank) if self.comm is not None else None
+            self.precision = Precision(request.precision, self.device)
+            if self.comm is not None:
+                self.comm.set_compression(request.compression, request.powersgd_rank,
+                                          error_feedback=request.error_feedback)
+            queue.begin(request)
+            try:
+                done, retries = 0, 0
+                while done < request.passes:
+                    queue.pass_started()
+                    self._probe_state = "batch"
+                    yield queue.batch
+                    if self._probe_state is not None:
+                        raise RuntimeError("call session.backward(loss) and session.step(optimizer) for every "
+                                           "batch from session.batches()")
+                    if queue.retry and retries < MAX_SCALE_RETRIES:
+                        retries += 1
+                        continue
+                    done += 1
+            finally:
+                self._probe_state = None
+                self.precision = saved_precision
+                if self.comm is not None and saved_comm is not None:
+                    self.comm.set_compression("none")  # afresh: a probe must not leave error feedback behind
+                    self.comm.set_compression(*saved_comm)
+            request.done(queue.finish())
+
+    def _finish_probe_pass(self, optimizer: torch.optim.Optimizer) -> None:
+        """The end of a probe pass: take the gradient, update nothing."""
+        assert self._model is not None
+        scaler = self.precision.scaler
+        scale = float(scaler.get_scale()) if scaler is not None else None
+        taken = self._probes.pass_finished([p for p in self._model.parameters() if p.requires_grad], self._loss,
+                                           scale)
+        if not taken:
+            assert scaler is not None and scale is not None
+            scaler.update(scale / 2)
+            self._probes.retry = True
+        optimizer.zero_grad(set_to_none=True)
+        self._loss = None
+        self._probe_state = None
+
+    def set_compression(self, name: str, powersgd_rank: int | None = None, *, error_feedback: bool = True) -> None:
         """Compress gradients with ``name`` (``none``, ``fp16``, ``bf16``, ``powersgd``) from the next step on.
 
         Raises:
-            ConfigError: Not a DDP run with several processes, or the backend cannot do it (bf16 on gloo).
+            ConfigError: Not a DDP run with several processes, or the backend cannot do it (16-bit floats on MPI).
         """
         self._check_between_steps("compression")
         if self.comm is None:
@@ -410,8 +508,9 @@ class Session:
             raise ConfigError(f"compression {name!r} needs DDP with more than one process "
                               f"(strategy {self.config.strategy}, {self.world_size} process(es))")
         rank = powersgd_rank or self.config.powersgd_rank
-        self.comm.set_compression(name, powersgd_rank=rank)
-        self._log_switch("compression", name if name != "powersgd" else f"powersgd-{rank}")
+        self.comm.set_compression(name, powersgd_rank=rank, error_feedback=error_feedback)
+        label = f"powersgd-{rank}" + ("" if error_feedback else "-no-ef") if name == "powersgd" else name
+        self._log_switch("compression", label)
 
     # -- internals ------------------------------------------------------------------------------------
 
@@ -430,7 +529,9 @@ class Session:
         if config.knobs.requested:
             gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
             out.append(KnobCallback(config.knobs, gpus))
-        if config.tune.knob == "stragglers":
+        if config.tune.job_knobs:
+            out.append(JobTuneCallback(config.tune))
+        elif config.tune.knob == "stragglers":
             gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
             out.append(StragglerCallback(config.knobs.mode, gpus))
         elif config.tune.knob is not None:
@@ -492,7 +593,7 @@ class Session:
             self._flop_mode = None
 
     def _close_step(self, end: Any) -> None:
-        loss = float(self._loss.float().item()) if self._loss is not None else None
+        loss = float(self._loss.float().item()) / self.grad_accum if self._loss is not None else None
         self._loss = None
         step = self._step
         record = self.timer.close(step, step < self.config.warmup_steps, end, loss)

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import RunRecord
+from dtpo.telemetry.job_tuning import job_report, setting_label
 
 BENCH_SCHEMA = "dtpo.bench/1"
 
@@ -41,8 +42,19 @@ def scaling_rows(records: dict[int, RunRecord]) -> list[dict[str, Any]]:
             "data_wait_fraction": _dict(t.get("data_wait_fraction")),
             "mfu": _dict(t.get("mfu")),
             "energy_per_sample_j": _dict(energy.energy_per_sample_j) if energy is not None else None,
+            "tuned": tuned_choice(record),
         })
     return rows
+
+
+def tuned_choice(record: RunRecord) -> str | None:
+    """The job-knob setting a tuned run settled on, ``"untuned"`` when it tuned nothing, or ``None`` when
+    tuning was not asked for."""
+    report = job_report(record)
+    if report is None:
+        return "untuned" if record.config.get("tune", {}).get("knob") is None else None
+    choice = report.get("choice")
+    return setting_label(choice) if choice else "still profiling at the end"
 
 
 def _value(m: Measurement | dict[str, Any] | None) -> float | None:
@@ -68,14 +80,18 @@ def _number(m: dict[str, Any] | None, scale: float = 1.0, digits: int = 1) -> st
 def bench_table(rows: list[dict[str, Any]], title: str) -> Table:
     """The scaling table (units in the headers; * marks an estimated figure)."""
     table = Table(title=title, title_justify="left", caption="* estimated (no hardware energy counter)")
+    tuned = any(row.get("tuned") not in (None, "untuned") for row in rows)
     for name in ("workers", "threads", "samples/s", "scaling eff. %", "step ms", "comm %", "sync wait ms",
                  "data wait %", "MFU %", "mJ/sample"):
         table.add_column(name, justify="right", no_wrap=True)
+    if tuned:
+        table.add_column("tuned setting", justify="left")
     for row in rows:
         threads = row.get("threads_per_worker")
-        table.add_row(str(row["workers"]), "?" if threads is None else str(threads), _number(row["throughput"]),
-                      _number(row["scaling_efficiency"], 100),
-                      _number(row["step_time_s"], 1e3, 2), _number(row["comm_overhead"], 100),
-                      _number(row["sync_latency_s"], 1e3, 2), _number(row["data_wait_fraction"], 100),
-                      _number(row["mfu"], 100), _number(row["energy_per_sample_j"], 1e3, 3))
+        cells = [str(row["workers"]), "?" if threads is None else str(threads), _number(row["throughput"]),
+                 _number(row["scaling_efficiency"], 100),
+                 _number(row["step_time_s"], 1e3, 2), _number(row["comm_overhead"], 100),
+                 _number(row["sync_latency_s"], 1e3, 2), _number(row["data_wait_fraction"], 100),
+                 _number(row["mfu"], 100), _number(row["energy_per_sample_j"], 1e3, 3)]
+        table.add_row(*cells, *([row.get("tuned") or "-"] if tuned else []))
     return table

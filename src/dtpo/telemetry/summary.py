@@ -12,6 +12,7 @@ from rich.table import Table
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import RunRecord
 from dtpo.core.totals import measured_steps
+from dtpo.telemetry.job_tuning import job_tuning_line, job_tuning_table
 
 
 def _pct(part: float | None, whole: float) -> str:
@@ -103,6 +104,9 @@ def totals_table(record: RunRecord) -> Table:
     tuning = tuning_summary(record)
     if tuning:
         rows.append(("GPU tuning", tuning))
+    job = job_tuning_line(record, estimated=_energy_estimated(record))
+    if job:
+        rows.append(("job tuning", job))
     stragglers = straggler_summary(record)
     if stragglers:
         rows.append(("stragglers", stragglers))
@@ -135,7 +139,7 @@ def tuning_summary(record: RunRecord) -> str | None:
     """One line on what the GPU-knob tuner chose, what profiling cost and what the choice saves (rank 0's
     report: every rank decides the same); a model figure is labelled as one."""
     report = next((r.tuning for r in record.ranks if r.tuning), None)
-    if not report:
+    if not report or report.get("kind") == "job":
         return None
     if report.get("choice") is None and not report.get("model"):
         return escape(f"--tune {report.get('knob')}: {report.get('note') or 'no choice was made'}")
@@ -214,7 +218,15 @@ def print_summary(record: RunRecord, console: Console | None = None, record_path
     console.print("[dim]share of step time: data = waiting for batches, comm = collectives not hidden behind "
                   "backward, sync = waiting for the slowest rank[/dim]")
     console.print(totals_table(record))
+    jobs = job_tuning_table(record, estimated=_energy_estimated(record))
+    if jobs is not None:
+        console.print(jobs)
     if record.error:
         console.print(f"[red]run {escape(record.status)}:[/red] {escape(record.error)}")
     if record_path:
         console.print(f"record: {record_path}")
+
+
+def _energy_estimated(record: RunRecord) -> bool:
+    """Whether the run's energy is (partly) modelled rather than read from counters."""
+    return bool(record.energy is not None and record.energy.energy_j.source == "estimated")

@@ -87,6 +87,9 @@ class TunerOptions:
         drift: Relative change of the held setting's cost that counts as drift (checked over
             ``drift_window_steps`` steps, twice in a row) and starts a new search.
         drift_window_steps: Steps per drift check while holding.
+        ordered: Whether each knob's candidates lie along one axis on which time only grows (power limits,
+            clocks): then steep rises prune the rest of the axis unvisited. Job knobs (precision, accumulation,
+            compression) are not ordered that way.
     """
 
     wait_steps: int = 2
@@ -103,6 +106,7 @@ class TunerOptions:
     max_warmup_s: float = 5.0
     drift: float = 0.10
     drift_window_steps: int = 200
+    ordered: bool = True
 
 
 @dataclass
@@ -111,7 +115,7 @@ class Candidate:
 
     index: int
     stats: SettingStats
-    status: str = "unvisited"  # unvisited, measured, dropped (clearly worse), infeasible, pruned, chosen
+    status: str = "unvisited"  # unvisited, measured, dropped (clearly worse), infeasible, pruned, rejected, chosen
     reason: str = ""
 
 
@@ -206,6 +210,13 @@ class PowerTuner:
         return self.settling.seconds
 
     @property
+    def current_knob(self) -> str | None:
+        """The knob being searched now (``None`` while waiting or holding)."""
+        if self.phase in (Phase.WAIT, Phase.HOLD) or self._dimension >= len(self.dimension_names):
+            return None
+        return self.dimension_names[self._dimension]
+
+    @property
     def holding(self) -> bool:
         """True once a choice is in force."""
         return self.phase is Phase.HOLD
@@ -219,6 +230,23 @@ class PowerTuner:
         best = self._best(estimates)
         self._hold(best.setting, "saved profile")
         return best.setting
+
+    def reject(self, setting: Any, reason: str) -> Any:
+        """Rule ``setting`` out for good (a convergence guard refused it) and decide again; returns the setting
+        for the next block. A rejected setting is never visited again, and its measured figures, if any, no
+        longer count toward the choice. Rejecting the setting chosen so far (the first candidate) is refused:
+        it is the reference every other candidate is judged against."""
+        candidate = next((c for c in self._candidates if c.stats.setting == setting), None)
+        if candidate is None or self.phase in (Phase.WAIT, Phase.HOLD):
+            raise ValueError(f"{getattr(setting, 'label', setting)} is not a candidate of the current search")
+        if candidate.index == 0:
+            raise ValueError("the setting the search started from cannot be rejected")
+        candidate.status, candidate.reason = "rejected", reason
+        self.history.append(f"rejected {setting.label}: {reason}")
+        if self._visit is not None and self._visit.candidate is candidate:
+            self._visit = None
+            self._decide()
+        return self.current
 
     # -- the state machine ----------------------------------------------------------------------------------
 
@@ -483,7 +511,7 @@ class PowerTuner:
         setting just above ``c`` is clearly costlier and slower than the best, and ``c`` clearly costlier and
         slower than it. One rise alone may be a measured zigzag (a limit that does not bind); two in a row
         are the limit biting."""
-        if c.index < best.index + 2:
+        if not self.options.ordered or c.index < best.index + 2:
             return False
         above = self._candidates[c.index - 1]
         if not above.stats.measured:
@@ -499,6 +527,8 @@ class PowerTuner:
         return clearly_above(e_c, e_a) and clearly_above(e_a, e_b)
 
     def _prune_below(self, index: int, reason: str) -> None:
+        if not self.options.ordered:
+            return
         for c in self._candidates[index + 1:]:
             if c.status == "unvisited":
                 c.status, c.reason = "pruned", reason
