@@ -22,6 +22,7 @@ BAD = [
     (["--tune", "precision", "--guard-cosine", "1.5"], "tune.guard_cosine must be"),
     (["--tune", "precision", "--guard-loss-rise", "-1"], "tune.guard_loss_rise must be positive"),
     (["--tune", "grad-accum", "--cost", "bogus"], "unknown cost metric 'bogus'"),
+    (["--tune", "grad-accum", "--no-energy"], "needs energy measured: drop --no-energy, or tune for --cost time"),
 ]
 
 
@@ -65,3 +66,15 @@ def test_a_tuned_train_run_prints_the_candidates_and_records_the_choice(state: P
     report = record["ranks"][0]["tuning"]
     assert report["kind"] == "job" and report["settings"]
     assert record["config"]["tune"]["knob"] == "grad-accum,compression"
+
+
+def test_bench_drops_the_compression_knob_on_one_worker_only() -> None:
+    from dtpo.cli.bench import for_worker_count
+    from dtpo.core.config import RunConfig, TuneConfig
+
+    config = RunConfig(tune=TuneConfig(knob="grad-accum,compression", allow_batch_change=True))
+    one, two = for_worker_count(config, 1), for_worker_count(config, 2)
+    assert one.tune.job_knobs == ("grad-accum",) and one.tune.allow_batch_change and one.launch.workers == 1
+    assert two.tune.job_knobs == ("grad-accum", "compression") and two.launch.workers == 2
+    alone = for_worker_count(RunConfig(tune=TuneConfig(knob="compression")), 1)
+    assert alone.tune.knob is None  # nothing left to tune on one worker: an untuned run

@@ -195,3 +195,33 @@ def test_a_tuned_run_records_candidates_verdicts_and_its_trajectory_the_same_on_
         assert row["samples_per_s"] > 0 and row["comm_share"] is not None
         if row["compression"] != "none":  # whatever changed numerics went through the guard first
             assert row["guard"] is not None and "cosine" in row["guard"]["reason"]
+
+
+def _batch_norm_run(rank: int, world_size: int, out: str, allow: bool) -> None:
+    tuner = JobTuneCallback(TuneConfig(knob="grad-accum", allow_batch_change=allow, cost="time"),
+                            options=TunerOptions(ordered=False, quick_look_steps=1))
+    session = dtpo.Session(warmup_steps=1, count_flops=False, progress=False, energy=False, callbacks=[tuner],
+                           summary=False, run_dir=Path(out) / f"bn{allow}")
+    torch.manual_seed(0)
+    model = session.wrap(nn.Sequential(nn.Linear(16, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in session.batches(loader(rank, 8, 8 * 60), steps=60):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+    session.finish()
+    (Path(out) / f"bn{allow}.json").write_text(json.dumps({"tuning": session.rank_record.tuning,
+                                                           "switches": session.switch_log}, default=str))
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_accumulation_is_not_searched_on_a_batch_norm_model_unless_the_batch_may_change(tmp_path: Path,
+                                                                                        allow: bool) -> None:
+    run_ranks(_batch_norm_run, 1, str(tmp_path), allow)
+    data = json.loads((tmp_path / f"bn{allow}.json").read_text())
+    screened = data["tuning"]["screened"]
+    if allow:
+        assert "grad-accum" not in screened
+        assert len({row["grad_accum"] for row in data["tuning"]["settings"]}) > 1
+    else:
+        assert "BatchNorm1d" in screened["grad-accum"] and "not exact" in screened["grad-accum"]
+        assert all(s["setting"] != "grad_accum" for s in data["switches"])

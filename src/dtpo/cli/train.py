@@ -113,6 +113,9 @@ def check_job_tuning(config: RunConfig) -> None:
     from dtpo.session.precision import check_precision
 
     knobs = config.tune.job_knobs
+    if not config.energy.enabled and config.tune.cost != "time":
+        raise ConfigError(f"--tune {config.tune.knob} --cost {config.tune.cost} needs energy measured: drop "
+                          "--no-energy, or tune for --cost time")
     if "compression" in knobs and (config.launch.workers < 2 or config.session.strategy != "ddp"):
         raise ConfigError("--tune compression needs DDP on 2 or more workers (--workers 2 --strategy ddp): "
                           "gradients are compressed in DDP's all-reduce")

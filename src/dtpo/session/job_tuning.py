@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -30,6 +31,7 @@ import torch.distributed as dist
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import PRECISIONS, TuneConfig
+from dtpo.core.errors import ConfigError
 from dtpo.session.precision import Precision
 from dtpo.session.probe import ProbeRequest, ProbeResult
 from dtpo.tune.cost import CostContext, parse_cost
@@ -53,8 +55,20 @@ EXACT = ("32-true", "none", 1)
 def job_tuner_options() -> TunerOptions:
     """The power tuner's search, set for job knobs: unordered candidates, a one-step quick look (a bad
     precision or accumulation is off by far more than the noise), blocks of at least 0.2 s (energy counters
-    and the modelled CPU's /proc/stat tick at 10 ms)."""
-    return TunerOptions(ordered=False, quick_look_steps=1, min_block_s=0.2, min_warmup_s=0.0)
+    and the modelled CPU's /proc/stat tick at 10 ms), and 3 s (at most 5 % of the job) of waiting before the
+    starting setting is measured (the first second of a job on a CPU can run at two thirds of its later
+    speed, which would make every other setting look better than the one the job started with)."""
+    return TunerOptions(ordered=False, quick_look_steps=1, min_block_s=0.2, min_warmup_s=0.0, min_wait_s=3.0)
+
+
+def _batch_norm_layer(model: torch.nn.Module | None) -> str | None:
+    """The class name of a layer whose output depends on the other samples of its batch, if the model has one."""
+    if model is None:
+        return None
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            return type(module).__name__
+    return None
 
 
 class JobTuneCallback(Callback):
@@ -96,7 +110,14 @@ class JobTuneCallback(Callback):
     # -- start ---------------------------------------------------------------------------------------------
 
     def on_train_start(self, session: Any) -> None:
-        """Keep the first batch for probes; the tuner is built once a step has shown the batch size."""
+        """Keep the first batch for probes; the tuner is built once a step has shown the batch size.
+
+        Raises:
+            ConfigError: The cost needs energy and energy is not measured.
+        """
+        if getattr(session, "energy", None) is None and self.metric.name != "time":
+            raise ConfigError(f"--tune {self.config.knob} --cost {self.config.cost} needs energy measured: drop "
+                              "--no-energy, or tune for --cost time")
         session.keep_probe_batch()
 
     def _build(self, session: Any, first: Block) -> PowerTuner:
@@ -109,7 +130,6 @@ class JobTuneCallback(Callback):
         precisions = self._usable_precisions(session)
         compressions: tuple[str, ...] = ("none",)
         if comm is not None:
-            from dtpo.core.errors import ConfigError
             from dtpo.dist.compression import COMPRESSIONS, check_compression
 
             usable = []
@@ -124,10 +144,23 @@ class JobTuneCallback(Callback):
         elif "compression" in self.names:
             self.screened["compression"] = "needs DDP with more than one process"
         per_rank_step = first.samples // max(first.steps * session.world_size, 1)
+        names = self.names
+        batch_norm = _batch_norm_layer(session.model)
+        if "grad-accum" in names and batch_norm and not self.config.allow_batch_change:
+            self.screened["grad-accum"] = (f"the model has batch-statistics layers ({batch_norm}): their statistics "
+                                           "change with the micro-batch, so accumulation is not exact; "
+                                           "--allow-batch-change lets the tuner change it anyway")
+            names = tuple(n for n in names if n != "grad-accum")
         self._space = JobSpace(precisions, compressions, per_rank_step, session.config.grad_accum,
                                self.config.allow_batch_change)
         context = CostContext(gpus=1, max_power_w=first.power_w)
-        self.tuner = PowerTuner(job_knobs(self.names, self._space), self.metric, context, default, self.options)
+        if not names:
+            names = ("precision",)  # nothing left to search: the tuner only confirms the starting setting
+            self._space = JobSpace((default.precision,), compressions, per_rank_step, session.config.grad_accum)
+        if session.target_steps is not None and first.steps:  # a short job cannot spend seconds waiting
+            expected_s = session.target_steps * first.time_s / first.steps
+            self.options = replace(self.options, min_wait_s=min(self.options.min_wait_s, 0.05 * expected_s))
+        self.tuner = PowerTuner(job_knobs(names, self._space), self.metric, context, default, self.options)
         self.applied = default
         return self.tuner
 
@@ -141,7 +174,11 @@ class JobTuneCallback(Callback):
         fp32 = peak_flops(session.device, torch.float32).value
         keep = []
         for name in PRECISIONS:
-            dtype = Precision(name, session.device).compute_dtype
+            try:
+                dtype = Precision(name, session.device).compute_dtype
+            except ConfigError as exc:  # e.g. bf16 on a GPU older than Ampere
+                self.screened[f"precision {name}"] = str(exc)
+                continue
             peak = fp32 if dtype == torch.float32 else peak_flops(session.device, dtype).value
             if fp32 and peak and fp32 / peak >= self.guard.screen_slowdown:
                 self.screened[f"precision {name}"] = (f"its matmul peak is {fp32 / peak:.1f}x below float32's on "

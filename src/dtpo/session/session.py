@@ -225,6 +225,11 @@ class Session:
         """This rank's measurements so far."""
         return self.lifecycle.rank
 
+    @property
+    def model(self) -> nn.Module | None:
+        """The model :meth:`wrap` returned (``None`` before)."""
+        return self._model
+
     # -- the training loop ----------------------------------------------------------------------------
 
     def wrap(self, module: nn.Module) -> nn.Module:

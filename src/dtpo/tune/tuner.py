@@ -70,6 +70,8 @@ class TunerOptions:
 
     Attributes:
         wait_steps: Steps at the default before anything is measured (compilation, caches, data loaders).
+        min_wait_s: The wait also lasts at least this long (a job's first second or two can run slower than
+            the rest: allocator, caches, data-loader workers; short steps would end ``wait_steps`` within it).
         first_visit_steps: Measured steps of a setting's first visit.
         quick_look_steps: A first visit ends after this many steps when the setting is already clearly costlier
             than the best so far.
@@ -93,6 +95,7 @@ class TunerOptions:
     """
 
     wait_steps: int = 2
+    min_wait_s: float = 0.0
     first_visit_steps: int = 4
     quick_look_steps: int = 2
     revisit_steps: int = 8
@@ -184,6 +187,7 @@ class PowerTuner:
         self._candidates: list[Candidate] = []
         self._visit: _Visit | None = None
         self._wait_left = self.options.wait_steps
+        self._waited_s = 0.0
         self._last_step_s = 0.0
         self._reference: SettingStats | None = None  # the default's figures, for MaxSlowdown
         self._budget = 0
@@ -199,7 +203,9 @@ class PowerTuner:
         if self.phase is Phase.HOLD:
             return self.options.drift_window_steps
         if self.phase is Phase.WAIT:
-            return max(self._wait_left, 1)
+            short_s = self.options.min_wait_s - self._waited_s
+            by_time = math.ceil(short_s / self._last_step_s) if short_s > 0 and self._last_step_s > 0 else 0
+            return max(self._wait_left, by_time, 1)
         if self.options.min_block_s > 0 and self._last_step_s > 0:
             return max(1, math.ceil(self.options.min_block_s / self._last_step_s))
         return 1
@@ -260,7 +266,8 @@ class PowerTuner:
         if self.phase is Phase.WAIT:
             self._record(block, "wait")
             self._wait_left -= block.steps
-            if self._wait_left <= 0:
+            self._waited_s += block.time_s
+            if self._wait_left <= 0 and self._waited_s >= self.options.min_wait_s:
                 self._start_dimension()
             return self.current
         if self.phase is Phase.HOLD:
