@@ -7,12 +7,20 @@ train (``dtpo --version``, ``dtpo simulate``, ``dtpo monitor``) start without lo
 from typing import Any
 
 from dtpo.core.callbacks import Callback, Window
-from dtpo.core.config import EnergyConfig, KnobConfig, LaunchConfig, RunConfig, SessionConfig, WorkloadConfig
+from dtpo.core.config import (
+    EnergyConfig,
+    KnobConfig,
+    LaunchConfig,
+    RunConfig,
+    SessionConfig,
+    TuneConfig,
+    WorkloadConfig,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["Callback", "EnergyConfig", "KnobConfig", "LaunchConfig", "RunConfig", "Session", "SessionConfig",
-           "Switch", "Window", "WorkloadConfig", "__version__"]
+__all__ = ["Callback", "EnergyConfig", "JobTuneCallback", "KnobConfig", "LaunchConfig", "RunConfig", "Session",
+           "SessionConfig", "Switch", "TuneConfig", "Window", "WorkloadConfig", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +28,8 @@ def __getattr__(name: str) -> Any:
         from dtpo import session
 
         return getattr(session, name)
+    if name == "JobTuneCallback":
+        from dtpo.session.job_tuning import JobTuneCallback
+
+        return JobTuneCallback
     raise AttributeError(f"module 'dtpo' has no attribute {name!r}")

@@ -99,6 +99,9 @@ class RankRecord:
             without ``--tune``.
         slack: This rank's wait for the slowest rank, learned online window by window (see
             ``dtpo.session.slack``); ``None`` when not tracked.
+        model: What the planner needs of the model: ``parameters`` (trainable, all ranks' shards together),
+            ``gradient_bytes`` (of one full gradient as all-reduced), ``matrix_shapes`` (each trainable tensor's
+            shape) and ``bucket_cap_bytes`` (DDP's bucket size, ``None`` without DDP).
     """
 
     rank: int
@@ -114,6 +117,7 @@ class RankRecord:
     switches: list[dict[str, Any]] = field(default_factory=list)
     tuning: dict[str, Any] | None = None
     slack: dict[str, Any] | None = None
+    model: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.peak_flops = measurement_or_none(self.peak_flops)

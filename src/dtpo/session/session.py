@@ -16,7 +16,9 @@ The Session is three parts: a :class:`~dtpo.session.timer.StepTimer` (the marks 
 a list of :class:`~dtpo.core.callbacks.Callback` s (energy windows, GPU knobs, progress, partial flushes,
 and whatever the user passes). The knobs a tuner turns (precision, gradient accumulation, gradient
 compression) can change between optimizer steps through :meth:`Session.set_precision`,
-:meth:`Session.set_grad_accum` and :meth:`Session.set_compression`.
+:meth:`Session.set_grad_accum` and :meth:`Session.set_compression`;
+``dtpo.Session(tune=dtpo.TuneConfig(knob="precision,grad-accum,compression", cost="energy"))`` has dtpo turn
+them itself, toward the cost, with every numerics change guarded (:mod:`dtpo.session.job_tuning`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from dtpo.core.callbacks import Callback, Window
-from dtpo.core.config import COMPRESSIONS, PRECISIONS, EnergyConfig, KnobConfig, RunConfig, SessionConfig
+from dtpo.core.config import COMPRESSIONS, PRECISIONS, EnergyConfig, KnobConfig, RunConfig, SessionConfig, TuneConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, StepRecord
@@ -104,6 +106,8 @@ class Session:
             through RAPL or, where no counter exists, a model labelled estimated.
         knobs: GPU power limit / SM clock to hold for the run on this rank's GPU (restored at the end, on a
             signal, or by the next dtpo start after a crash); see :class:`KnobConfig`.
+        tune: What to tune while training (:class:`TuneConfig`): e.g. ``TuneConfig(knob="precision,grad-accum,
+            compression", cost="energy")`` for the job knobs, numerics guarded.
         callbacks: Your own :class:`~dtpo.core.callbacks.Callback` s, called after the built-in energy and
             knob callbacks.
         progress: Show progress on rank 0.
@@ -119,7 +123,8 @@ class Session:
                  powersgd_rank: int = 1, window_steps: int = 10, run_dir: str | os.PathLike[str] | None = None,
                  device: torch.device | str | None = None, backend: str | None = None,
                  config: dict[str, Any] | None = None, energy: bool | EnergyConfig = True,
-                 knobs: KnobConfig | None = None, callbacks: Sequence[Callback] = (), progress: bool = True,
+                 knobs: KnobConfig | None = None, tune: TuneConfig | None = None,
+                 callbacks: Sequence[Callback] = (), progress: bool = True,
                  summary: bool = True, count_flops: bool = True, flush_every: int = 50,
                  run_config: RunConfig | None = None) -> None:
         configure_logging()
@@ -131,7 +136,7 @@ class Session:
                                       max_grad_norm=max_grad_norm, count_flops=count_flops,
                                       flush_every=flush_every),
                 energy=energy if isinstance(energy, EnergyConfig) else EnergyConfig(enabled=bool(energy)),
-                knobs=knobs or KnobConfig())
+                knobs=knobs or KnobConfig(), tune=tune or TuneConfig())
         self.run_config = run_config
         self.config: SessionConfig = run_config.session
         cfg = self.config
@@ -255,6 +260,12 @@ class Session:
                 return precision.to_float32(inner_forward(*args, **kwargs))
 
         model.forward = types.MethodType(forward, model)  # type: ignore[method-assign]
+        trainable = [p for p in module.parameters() if p.requires_grad]
+        self.lifecycle.rank.model = {
+            "parameters": sum(p.numel() for p in trainable),
+            "gradient_bytes": sum(p.numel() * p.element_size() for p in trainable),
+            "matrix_shapes": [list(p.shape) for p in trainable],
+            "bucket_cap_bytes": getattr(model, "bucket_bytes_cap", None)}
         self._model = model
         return model
 

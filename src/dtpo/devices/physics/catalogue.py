@@ -47,6 +47,7 @@ GPUS: tuple[GpuSpec, ...] = (
     GpuSpec("NVIDIA L4", ("l4",), 30.3 * TERA, 60.0 * TERA, 121.0 * TERA, 121.0 * TERA, 72),
     GpuSpec("NVIDIA V100", ("v100",), 15.7 * TERA, None, None, 125.0 * TERA, 300),
     GpuSpec("NVIDIA T4", ("t4",), 8.1 * TERA, None, None, 65.0 * TERA, 70),
+    GpuSpec("NVIDIA P100", ("p100",), 10.6 * TERA, None, None, 21.2 * TERA, 300),
     GpuSpec("AMD Instinct MI300X", ("mi300x",), 163.4 * TERA, 653.7 * TERA, 1307.4 * TERA, 1307.4 * TERA, 750),
     GpuSpec("AMD Instinct MI250X", ("mi250x",), 95.7 * TERA, None, 383.0 * TERA, 383.0 * TERA, 560),
 )

@@ -1,0 +1,189 @@
+"""The planner against published data-parallel scaling: calibrated on each series' smallest point only.
+
+For every series of a published-scaling file (default ``../shared/data/scaling/published_scaling.json``) the
+planner gets the scenario of ``examples/plan/published/<series id>.toml`` when one exists, else one built from
+the series itself (hardware, model, precision, per-GPU batch, and the accumulation schedule its notes give),
+keeps only the smallest point's throughput as its baseline, and predicts every other point.
+
+Goals (exit 1 when one is missed): at every point, scaling efficiency within 5 points and throughput within
+10 % of the published figure. ``--write-scenarios DIR`` writes the scenarios it built as TOML files.
+
+Usage: ``python benchmarks/planner_vs_published.py [--data FILE] [--write-scenarios DIR]``
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from bench_cli import OneLineParser, bad_flag
+from rich.console import Console
+from rich.table import Table
+
+from dtpo.core.errors import ConfigError
+from dtpo.plan.predict import plan
+from dtpo.plan.scenario import Scenario, load_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scaling" / "published_scaling.json"
+SCENARIOS = ROOT / "examples" / "plan" / "published"
+EFFICIENCY_POINTS = 0.05
+THROUGHPUT_SHARE = 0.10
+
+# What a series' text names, and what the planner needs to know of it: parameters and the links of the
+# hardware. Matched on lower-case substrings; the first match wins.
+MODELS = (("bert-large", 336_000_000), ("bert large", 336_000_000), ("bert-base", 110_000_000),
+          ("resnet-50", 25_600_000), ("resnet50", 25_600_000), ("resnet-101", 44_500_000),
+          ("inceptionv3", 23_800_000), ("inception-v3", 23_800_000), ("vgg16", 138_000_000),
+          ("gpt-2", 1_500_000_000), ("gpt2", 1_500_000_000))
+HARDWARE = (("dgx h100", ("H100", "nvlink4", "ib-ndr", 8)), ("dgx a100", ("A100", "nvlink3", "ib-hdr", 8)),
+            ("dgx-2", ("V100", "nvlink3", "ib-hdr", 8)), ("dgx-1", ("P100", "nvlink1", "ib-hdr", 4)),
+            ("h100", ("H100", "nvlink4", "ib-ndr", 8)), ("a100", ("A100", "nvlink3", "ib-hdr", 8)),
+            ("v100", ("V100", "nvlink3", "ib-hdr", 4)), ("p100", ("P100", "nvlink1", "ib-hdr", 4)))
+
+
+def _first(text: str, table: tuple[tuple[str, Any], ...]) -> Any:
+    low = text.lower()
+    return next((value for key, value in table if key in low), None)
+
+
+def accumulation_schedule(series: dict[str, Any]) -> list[int] | None:
+    """The accumulation per point from the notes: a list like ``accum steps 64,32,16`` (one per point), or a
+    fixed global batch (``global batch fixed 65536``) divided by per-GPU batch x GPUs."""
+    notes = str(series.get("notes", ""))
+    points = series["points"]
+    match = re.search(r"global batch fixed (\d+)", notes)
+    if match:
+        total = int(match.group(1))
+        accum = [total // (series["per_gpu_batch"] * p["gpus"]) for p in points]
+        if all(a >= 1 and a * series["per_gpu_batch"] * p["gpus"] == total for a, p in zip(accum, points, strict=True)):
+            return accum
+    match = re.search(r"accum(?:ulation)?[- ]steps? ([\d, ]+)", notes)
+    if match:
+        values = [int(v) for v in re.findall(r"\d+", match.group(1))]
+        if len(values) == len(points):
+            return values
+    return None
+
+
+def scenario_for(series: dict[str, Any]) -> dict[str, Any]:
+    """A scenario dict for a series, from its own fields; raises ConfigError naming what is missing."""
+    text = " ".join(str(series.get(k, "")) for k in ("hardware", "model", "interconnect"))
+    hardware = _first(text, HARDWARE)
+    parameters = _first(str(series.get("model", "")), MODELS)
+    if hardware is None or parameters is None:
+        raise ConfigError(f"series {series['id']}: no known {'hardware' if hardware is None else 'model'} in its "
+                          f"text; write {SCENARIOS / (series['id'] + '.toml')}")
+    gpu, intra, inter, nics = hardware
+    precision = str(series.get("precision", "")).lower()
+    half = "fp16" in precision or "amp" in precision
+    points = sorted(series["points"], key=lambda p: p["gpus"])
+    accum = accumulation_schedule({**series, "points": points})
+    single_node = max(p["gpus"] for p in points) <= 8
+    parameter_server = "ps on cpu" in str(series.get("notes", "")).lower()
+    data: dict[str, Any] = {
+        "gpu": gpu, "gpus_per_node": 8, "gpu_counts": [p["gpus"] for p in points],
+        "intra_link": "pcie3" if parameter_server else intra, "inter_link": inter, "nics_per_node": nics,
+        "precision": "16-mixed" if half else "32-true", "per_gpu_batch": int(series["per_gpu_batch"]),
+        "model": {"parameters": parameters, "gradient_dtype": "fp16" if half else "fp32"},
+        "baseline": {"gpus": points[0]["gpus"], "throughput": float(points[0]["throughput"])},
+        # NVIDIA's BERT recipe all-reduces after accumulation (apex); a parameter server after backward
+        "overlap": not ("bert" in text.lower() or parameter_server),
+    }
+    if accum is not None:
+        data["grad_accum"] = {str(p["gpus"]): a for p, a in zip(points, accum, strict=True)}
+    if single_node:
+        data["gpus_per_node"] = max(8, max(p["gpus"] for p in points))
+    return data
+
+
+def to_toml(data: dict[str, Any], series: dict[str, Any]) -> str:
+    """A scenario dict as a commented TOML file."""
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return repr(v)
+
+    lines = [f"# {series['id']}: {series.get('model')} on {series.get('hardware')}, {series.get('precision')}",
+             f"# Published throughput ({series.get('unit', 'samples/s')}): "
+             + ", ".join(f"{p['gpus']} GPUs {p['throughput']}" for p in series["points"]),
+             f"# Source: {series.get('source')}", f"# Notes: {series.get('notes', '')}",
+             "# The baseline is the smallest point only; the planner predicts the others.", ""]
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    lines += [f"{k} = {value(v)}" for k, v in data.items() if not isinstance(v, dict)]
+    for name, table in tables.items():
+        lines += ["", f"[{name}]", *(f"{k if k.isidentifier() else json.dumps(k)} = {value(v)}"
+                                     for k, v in table.items())]
+    return "\n".join(lines) + "\n"
+
+
+def load(series: dict[str, Any]) -> tuple[Scenario, str]:
+    """The series' scenario: its file if one exists, else built; with where it came from."""
+    path = SCENARIOS / f"{series['id']}.toml"
+    if path.exists():
+        return load_scenario(path), str(path.relative_to(ROOT))
+    return Scenario.from_dict(scenario_for(series), where=series["id"]), "built from the series"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="planner_vs_published.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA))
+    parser.add_argument("--write-scenarios", default=None, help="write the scenarios built from the series here")
+    args = parser.parse_args(argv)
+    try:
+        series_list = json.loads(Path(args.data).read_text())["series"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        bad_flag(parser.prog, f"cannot read published series from {args.data}: {exc}")
+    console = Console(width=200)
+    table = Table(title="planner against published scaling (calibrated on each series' smallest point)")
+    for name in ("series", "GPUs", "accum", "published /s", "predicted /s", "error", "published eff.",
+                 "predicted eff.", "eff. diff", "limit"):
+        table.add_column(name, justify="left" if name in ("series", "limit") else "right")
+    misses, worst_t, worst_e = [], 0.0, 0.0
+    for series in series_list:
+        try:
+            scenario, origin = load(series)
+            if args.write_scenarios:
+                out = Path(args.write_scenarios)
+                out.mkdir(parents=True, exist_ok=True)
+                (out / f"{series['id']}.toml").write_text(to_toml(scenario_for(series), series))
+            result = plan(scenario)
+        except ConfigError as exc:
+            console.print(f"[yellow]skipped[/yellow] {series['id']}: {exc}")
+            misses.append(f"{series['id']}: not predicted")
+            continue
+        points = {p["gpus"]: p["throughput"] for p in series["points"]}
+        base = min(points)
+        for pred in result.predictions:
+            published = points[pred.gpus]
+            eff_pub = published / pred.gpus / (points[base] / base)
+            err = pred.throughput / published - 1
+            diff = pred.scaling_efficiency - eff_pub
+            worst_t, worst_e = max(worst_t, abs(err)), max(worst_e, abs(diff))
+            ok = abs(err) <= THROUGHPUT_SHARE and abs(diff) <= EFFICIENCY_POINTS
+            if not ok:
+                misses.append(f"{series['id']} at {pred.gpus} GPUs")
+            table.add_row(series["id"] if pred.gpus == base else "", str(pred.gpus), str(pred.step.grad_accum),
+                          f"{published:,.0f}", f"{pred.throughput:,.0f}", f"{err * 100:+.1f} %",
+                          f"{eff_pub * 100:.1f} %", f"{pred.scaling_efficiency * 100:.1f} %",
+                          f"{diff * 100:+.1f}" + ("" if ok else " MISSED"), pred.limit)
+        console.print(f"{series['id']}: scenario {origin}")
+    console.print(table)
+    console.print(f"worst throughput error {worst_t * 100:.1f} % (goal {THROUGHPUT_SHARE * 100:g} %); worst "
+                  f"efficiency difference {worst_e * 100:.1f} points (goal {EFFICIENCY_POINTS * 100:g})")
+    for miss in misses:
+        console.print(f"MISSED  {miss}")
+    if not misses:
+        console.print("met     every point within the goals")
+    return 1 if misses else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""``dtpo plan``: predict step time, throughput, scaling efficiency, energy and cost at many GPUs.
+
+Input is a scenario file (TOML or JSON, schema in :mod:`dtpo.plan.scenario`; examples in ``examples/plan/``),
+or ``--from-run RUN_DIR`` with the target hardware as flags. ``--compare-link`` predicts the same job on other
+inter-node links; ``--deadline`` / ``--budget`` pick the cheapest (or fastest) configuration that meets it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from dtpo.core.errors import ConfigError
+from dtpo.core.record import write_json_atomic
+from dtpo.telemetry.summary import make_console
+
+log = logging.getLogger(__name__)
+
+
+def _scenario_from_run(run_dir: Path, gpu: str | None, counts: str | None, gpus_per_node: int, intra: str,
+                       inter: str, nics: int, grad_accum: int) -> dict:
+    """A scenario dict for planning ``run_dir``'s job on the hardware the flags name."""
+    from dtpo.plan.calibration import read_record
+
+    if gpu is None or counts is None:
+        raise ConfigError("--from-run needs the target hardware: --gpu MODEL and --gpu-counts N,N,... "
+                          "(e.g. --gpu H100 --gpu-counts 8,64,512)")
+    record = read_record(run_dir)
+    config = record.get("config") or {}
+    session = config.get("session") or {}
+    ranks = record.get("ranks") or []
+    steps = [s for s in (ranks[0].get("steps") or []) if not s.get("warmup")] if ranks else []
+    if not steps:
+        raise ConfigError(f"{run_dir}/record.json has no measured steps")
+    accum = int(session.get("grad_accum", 1))
+    micro = max(int(statistics.median(s["samples"] for s in steps) // accum), 1)
+    try:
+        gpu_counts = [int(c) for c in counts.split(",")]
+    except ValueError:
+        raise ConfigError(f"--gpu-counts must be comma-separated integers, got {counts!r}") from None
+    return {"gpu": gpu, "gpu_counts": gpu_counts, "gpus_per_node": gpus_per_node, "intra_link": intra,
+            "inter_link": inter, "nics_per_node": nics, "per_gpu_batch": micro, "grad_accum": grad_accum,
+            "strategy": session.get("strategy", "ddp"), "precision": session.get("precision", "32-true"),
+            "model": {"gradient_bytes": int((next((r.get("model") for r in ranks if r.get("model")), None)
+                                             or {"gradient_bytes": 1})["gradient_bytes"])},
+            "baseline": {"run_dir": str(run_dir)}}
+
+
+def plan_command(
+    scenario: Annotated[Path | None, typer.Argument(help="Scenario file (.toml or .json).", show_default=False)] = None,
+    from_run: Annotated[Path | None, typer.Option("--from-run", help="Plan a measured dtpo run's job (with --gpu "
+                                                  "and --gpu-counts).")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Target GPU model for --from-run, e.g. H100.")] = None,
+    gpu_counts: Annotated[str | None, typer.Option("--gpu-counts", help="GPU counts for --from-run, e.g. "
+                                                   "8,64,512.")] = None,
+    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node (--from-run).")] = 8,
+    intra_link: Annotated[str, typer.Option("--intra-link", help="Link inside a node (--from-run).")] = "nvlink4",
+    inter_link: Annotated[str, typer.Option("--inter-link", help="Link between nodes (--from-run).")] = "ib-ndr",
+    nics_per_node: Annotated[int, typer.Option("--nics-per-node", help="NICs per node (--from-run).")] = 8,
+    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Accumulation at scale (--from-run).")] = 1,
+    compare_link: Annotated[str | None, typer.Option("--compare-link", help="Also predict on these inter-node "
+                                                     "links, comma-separated (e.g. roce-100g).")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", help="Hours: the cheapest configuration that "
+                                                   "finishes the scenario's work in time.")] = None,
+    budget: Annotated[float | None, typer.Option("--budget", help="Money: the fastest configuration that costs "
+                                                 "at most this.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write throughput, efficiency and J/sample against "
+                                              "GPUs to FILE.png or FILE.svg.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the predictions as JSON.")] = None,
+) -> None:
+    """Predict how a data-parallel job scales to many GPUs: time, throughput, efficiency, energy and cost."""
+    from dtpo.plan.interconnect import find_link
+    from dtpo.plan.predict import cheapest, plan
+    from dtpo.plan.report import PLOT_SUFFIXES, assumptions_text, plan_dict, plan_table, write_plot
+    from dtpo.plan.scenario import Scenario, load_scenario
+
+    if (scenario is None) == (from_run is None):
+        raise ConfigError("give a scenario file or --from-run RUN_DIR (one of the two)")
+    if deadline is not None and budget is not None:
+        raise ConfigError("give --deadline or --budget, not both")
+    for name, value in (("--deadline", deadline), ("--budget", budget)):
+        if value is not None and not value > 0:
+            raise ConfigError(f"{name} must be positive, got {value:g}")
+    if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(f"--plot must end in {', '.join(PLOT_SUFFIXES)}, got {plot.name!r}")
+    if scenario is not None:
+        chosen = load_scenario(scenario)
+    else:
+        assert from_run is not None
+        chosen = Scenario.from_dict(_scenario_from_run(from_run, gpu, gpu_counts, gpus_per_node, intra_link,
+                                                       inter_link, nics_per_node, grad_accum), where="--from-run")
+    others = [find_link(n.strip()).name for n in compare_link.split(",")] if compare_link else []
+    first = plan(chosen)
+    results = [first, *(plan(chosen, link, first.calibration) for link in others if link != first.fabric.inter.name)]
+    console = make_console()
+    for result in results:
+        console.print(plan_table(result))
+    console.print("[bold]assumed[/bold]")
+    for line in assumptions_text(first):
+        console.print(line, markup=False, highlight=False)
+    if deadline is not None or budget is not None:
+        pick = cheapest(chosen, deadline, budget)
+        cost = pick.prediction.cost
+        assert cost is not None
+        what = f"within {deadline:g} h, the cheapest" if deadline is not None else f"within a budget of {budget:g}, " \
+            "the fastest"
+        console.print(f"{what}: {pick.prediction.gpus} GPUs ({pick.prediction.step.nodes} nodes) on "
+                      f"{pick.inter_link}: {cost.hours:,.2f} h, {cost.kwh:,.1f} kWh, cost "
+                      f"{cost.total:,.2f}" if cost.total is not None else f"{cost.kwh:,.1f} kWh", markup=False)
+    if plot is not None:
+        write_plot(results, plot)
+        console.print(f"plot: {plot}")
+    if json_path is not None:
+        write_json_atomic(json_path, {"plans": [plan_dict(r) for r in results]})
+        console.print(f"predictions: {json_path}")
+    log.debug("planned %s", json.dumps([r.fabric.inter.name for r in results]))

@@ -1,0 +1,250 @@
+"""Calibration: one micro-batch's compute time, the optimizer step and power, from what the user measured.
+
+The planner predicts communication from the fabric (:mod:`dtpo.plan.collectives`); compute it takes from a
+measurement, in this order of preference:
+
+1. **A dtpo run** (``baseline.run_dir``, or ``dtpo plan --from-run``): per-step compute and optimizer time
+   (medians over the measured steps), the gradient's bytes, tensor shapes and DDP bucket size, and the power the
+   run drew per worker, all from its record.
+2. **A measured throughput** at some GPU count (``baseline = {gpus, throughput}``, as published results give
+   it): the step model (:mod:`dtpo.plan.step_model`) is solved for the micro-batch time that reproduces that
+   throughput there, with the optimizer step modelled and communication predicted.
+3. **Compute time per sample** given directly (``baseline.compute_s_per_sample``).
+4. **FLOPs per sample** (``model.flops_per_sample``): at :data:`ASSUMED_MFU` of the GPU's datasheet peak, an
+   assumption, said so.
+
+Whatever was used is in :attr:`Calibration.source` and every assumption in :attr:`Calibration.assumptions`.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dtpo.core.errors import ConfigError
+from dtpo.devices.physics.catalogue import find_gpu, gpu_peak_flops
+from dtpo.plan.scenario import Scenario
+from dtpo.plan.step_model import Fabric, JobShape, optimizer_seconds, step_time
+
+ASSUMED_MFU = 0.4
+"""Model FLOPs utilisation assumed when compute is known only from FLOPs per sample (typical of large-model
+training on modern GPUs: 35-55 %)."""
+
+GRADIENT_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a prediction rests on.
+
+    Attributes:
+        t_micro_s: One micro-batch's forward and backward on one GPU, at the scenario's per-GPU batch.
+        optimizer_s: One optimizer step (``None``: modelled per GPU count from the parameters).
+        job: The job's gradient, parameters and communication settings.
+        source: Where ``t_micro_s`` came from, in words.
+        measured_gpus: GPU count of the measurement (``None`` when nothing was measured).
+        measured_nodes: Nodes of the measurement (inter-node figures beyond it are the catalogue's).
+        busy_power_w: Power per GPU (or CPU worker) measured while training, if known.
+        assumptions: What was assumed, in words.
+    """
+
+    t_micro_s: float
+    optimizer_s: float | None
+    job: JobShape
+    source: str
+    measured_gpus: int | None = None
+    measured_nodes: int | None = None
+    busy_power_w: float | None = None
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+
+def job_shape(scenario: Scenario, record_model: dict[str, Any] | None = None) -> JobShape:
+    """The job's communication shape from the scenario (and a run record's model section, which wins)."""
+    model = scenario.model
+    if record_model:
+        grad = float(record_model["gradient_bytes"])
+        params = float(record_model["parameters"])
+        shapes = tuple(tuple(s) for s in record_model.get("matrix_shapes") or ()) or None
+        cap = int(record_model.get("bucket_cap_bytes") or 25 * 1024 * 1024)
+    else:
+        grad = float(model.gradient_size_bytes)
+        params = float(model.parameters or grad / GRADIENT_DTYPE_BYTES[model.gradient_dtype])
+        shapes, cap = None, 25 * 1024 * 1024
+    compression = scenario.compression
+    if compression == "powersgd" and shapes is None:
+        raise ConfigError("compression powersgd needs the model's tensor shapes: plan from a dtpo run "
+                          "(baseline.run_dir) of the model")
+    param_bytes = params * (2 if scenario.precision in ("bf16-mixed", "16-mixed") else 4)
+    return JobShape(gradient_bytes=grad, parameters=params, strategy=scenario.strategy, compression=compression,
+                    powersgd_rank=scenario.powersgd_rank, matrix_shapes=shapes, bucket_cap_bytes=cap,
+                    param_bytes=param_bytes, overlap=scenario.overlap)
+
+
+def memory_bandwidth(scenario: Scenario) -> float | None:
+    """The GPU's peak memory bandwidth from its power model, if dtpo has one."""
+    spec = scenario.power_spec
+    return float(spec.memory_bandwidth_bps) if spec is not None else None
+
+
+def modelled_optimizer_s(scenario: Scenario, job: JobShape, gpus: int) -> float:
+    """The optimizer step modelled for ``gpus`` GPUs (sharded by FSDP, whole under DDP)."""
+    return optimizer_seconds(job.parameters, memory_bandwidth(scenario), gpus if job.strategy == "fsdp" else 1)
+
+
+def calibrate(scenario: Scenario, fabric: Fabric) -> Calibration:
+    """The calibration the scenario's baseline (or model FLOPs) gives; see the module docs.
+
+    Raises:
+        ConfigError: Nothing to calibrate from, or a run record without what is needed.
+    """
+    base = scenario.baseline
+    if base is not None and base.run_dir is not None:
+        return from_run(scenario, Path(base.run_dir))
+    if base is not None and base.throughput is not None and base.gpus is not None:
+        return from_throughput(scenario, fabric, base.gpus, base.throughput)
+    job = job_shape(scenario)
+    assumptions = _optimizer_assumption(scenario)
+    if base is not None and base.compute_s_per_sample is not None:
+        return Calibration(base.compute_s_per_sample * scenario.per_gpu_batch, None, job,
+                           f"compute {base.compute_s_per_sample:.4g} s per sample (given)", assumptions=assumptions)
+    flops = scenario.model.flops_per_sample
+    spec = scenario.gpu_spec
+    peak = gpu_peak_flops(spec, _dtype(scenario.precision)) if spec is not None else None
+    if flops is None or not peak:
+        raise ConfigError(f"{scenario.source or 'scenario'}: needs a baseline (a run, or a measured throughput) or "
+                          "model.flops_per_sample on a GPU with a known peak")
+    t_micro = flops * scenario.per_gpu_batch / (peak * ASSUMED_MFU)
+    return Calibration(t_micro, None, job, f"{flops:.3g} FLOPs per sample at {ASSUMED_MFU:.0%} of the "
+                       f"{spec.name if spec else scenario.gpu} datasheet peak (assumed MFU)",
+                       assumptions=(*assumptions, f"MFU {ASSUMED_MFU:.0%} (no measurement of this model)"))
+
+
+def _dtype(precision: str) -> str:
+    return {"bf16-mixed": "bfloat16", "16-mixed": "float16"}.get(precision, "float32")
+
+
+def _optimizer_assumption(scenario: Scenario) -> tuple[str, ...]:
+    bw = memory_bandwidth(scenario)
+    if bw is None:
+        return (f"optimizer step not modelled: no memory bandwidth known for {scenario.gpu}",)
+    return (f"optimizer step: AdamW, 32 bytes of memory traffic per parameter at {bw / 1e12:.2f} TB/s",)
+
+
+def from_throughput(scenario: Scenario, fabric: Fabric, gpus: int, throughput: float) -> Calibration:
+    """Solve the step model for the micro-batch time that gives ``throughput`` samples/s at ``gpus`` GPUs."""
+    if throughput <= 0:
+        raise ConfigError(f"baseline.throughput must be positive, got {throughput:g}")
+    job = job_shape(scenario)
+    accum = scenario.accum_at(gpus) if _has_accum(scenario, gpus) else _nearest_accum(scenario, gpus)
+    step = scenario.per_gpu_batch * accum * gpus / throughput
+    optimizer = modelled_optimizer_s(scenario, job, gpus)
+    t_micro = max((step - optimizer) / accum, 1e-12)
+    for _ in range(50):  # exposed communication depends on t_micro: a fixed point, reached in a few rounds
+        predicted = step_time(gpus, scenario.gpus_per_node, t_micro, accum, optimizer, job, fabric)
+        t_new = max((step - optimizer - predicted.exposed_comm_s) / accum, 1e-12)
+        if abs(t_new - t_micro) <= 1e-9 * t_micro:
+            break
+        t_micro = t_new
+    return Calibration(t_micro, None, job, f"measured {throughput:,.0f} samples/s at {gpus} GPUs "
+                       f"(accumulation {accum})", measured_gpus=gpus,
+                       measured_nodes=scenario.nodes(gpus), assumptions=_optimizer_assumption(scenario))
+
+
+def _has_accum(scenario: Scenario, gpus: int) -> bool:
+    try:
+        scenario.accum_at(gpus)
+    except ConfigError:
+        return False
+    return True
+
+
+def _nearest_accum(scenario: Scenario, gpus: int) -> int:
+    table = scenario.grad_accum
+    assert not isinstance(table, int)
+    return min(table, key=lambda kv: abs(kv[0] - gpus))[1]
+
+
+def read_record(run_dir: Path) -> dict[str, Any]:
+    """The run's ``record.json`` as a dict.
+
+    Raises:
+        ConfigError: No record, or one that cannot be read.
+    """
+    path = run_dir / "record.json"
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} has no record.json (not a dtpo run directory?)") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+
+
+def from_run(scenario: Scenario, run_dir: Path) -> Calibration:
+    """Compute, optimizer time, gradient shape and power from a dtpo run's record.
+
+    The run's micro-batch time is scaled to the scenario's per-GPU batch in proportion (compute is linear in
+    the batch at the sizes training uses); its workers' power is the run's energy over its time and workers.
+    """
+    record = read_record(run_dir)
+    ranks = record.get("ranks") or []
+    if ranks and not _same_device(scenario, str(ranks[0].get("device", ""))):
+        return _from_run_flops(scenario, run_dir, record)
+    model = next((r.get("model") for r in ranks if r.get("model")), None)
+    if not model:
+        raise ConfigError(f"{run_dir}/record.json has no model section (recorded by dtpo 0.1 before the planner); "
+                          "run the job again with this dtpo")
+    steps = [s for s in (ranks[0].get("steps") or []) if not s.get("warmup")]
+    if not steps:
+        raise ConfigError(f"{run_dir}/record.json has no measured steps")
+    accum = int((record.get("config") or {}).get("session", {}).get("grad_accum", 1))
+    samples = statistics.median(s["samples"] for s in steps) / accum
+    t_micro_run = statistics.median(s["compute_s"] for s in steps) / accum
+    optimizer = statistics.median(s["optimizer_s"] for s in steps)
+    t_micro = t_micro_run * scenario.per_gpu_batch / samples
+    workers = len(ranks)
+    energy = record.get("energy") or {}
+    joules = (energy.get("energy_j") or {}).get("value")
+    seconds = energy.get("time_s") or 0.0
+    power = joules / seconds / workers if joules and seconds else None
+    assumptions = [f"compute scaled linearly from the run's micro-batch of {samples:g} samples to "
+                   f"{scenario.per_gpu_batch}" if samples != scenario.per_gpu_batch else ""]
+    if power is not None and (energy.get("energy_j") or {}).get("source") == "estimated":
+        assumptions.append("the run's power is dtpo's CPU model (estimated), not a counter")
+    nodes = len({r.get("node") for r in ranks}) or 1
+    return Calibration(t_micro, optimizer, job_shape(scenario, model), f"dtpo run {run_dir} ({workers} worker(s), "
+                       f"{len(steps)} measured steps)", measured_gpus=workers, measured_nodes=nodes,
+                       busy_power_w=power, assumptions=tuple(a for a in assumptions if a))
+
+
+def _same_device(scenario: Scenario, device: str) -> bool:
+    """Whether the run computed on the scenario's kind of device (its measured compute then applies)."""
+    if device.startswith("cpu"):
+        return scenario.is_cpu
+    spec = scenario.gpu_spec
+    return spec is not None and find_gpu(device) == spec
+
+
+def _from_run_flops(scenario: Scenario, run_dir: Path, record: dict[str, Any]) -> Calibration:
+    """A run on other hardware: its model (gradient, shapes, buckets) and its counted FLOPs per sample, with
+    compute on the scenario's GPU at :data:`ASSUMED_MFU` of its datasheet peak."""
+    ranks = record.get("ranks") or []
+    model = next((r.get("model") for r in ranks if r.get("model")), None)
+    flops = ranks[0].get("flops_per_step") if ranks else None
+    steps = [s for s in (ranks[0].get("steps") or []) if not s.get("warmup")] if ranks else []
+    spec = scenario.gpu_spec
+    peak = gpu_peak_flops(spec, _dtype(scenario.precision)) if spec is not None else None
+    if not model or not flops or not steps or not peak:
+        raise ConfigError(f"{run_dir} ran on {ranks[0].get('device') if ranks else 'another device'}: planning "
+                          f"{scenario.gpu} from it needs its counted FLOPs (--count-flops) and model section, and "
+                          f"a datasheet peak for {scenario.gpu}")
+    per_sample = float(flops) / (statistics.median(s["samples"] for s in steps))
+    t_micro = per_sample * scenario.per_gpu_batch / (peak * ASSUMED_MFU)
+    return Calibration(t_micro, None, job_shape(scenario, model),
+                       f"{per_sample:.3g} FLOPs per sample counted in dtpo run {run_dir} (on "
+                       f"{ranks[0].get('device')}), at {ASSUMED_MFU:.0%} of the {spec.name if spec else ''} "
+                       "datasheet peak (assumed MFU)",
+                       assumptions=(*_optimizer_assumption(scenario),
+                                    f"MFU {ASSUMED_MFU:.0%} on {scenario.gpu} (the run measured another device)"))

@@ -1,0 +1,129 @@
+"""Calibrate a link's alpha (latency) and bandwidth from measured ring all-reduce timings.
+
+Design note
+-----------
+Each sample is ``(n_bytes, p, seconds)``: one all-reduce of ``n_bytes`` over ``p`` ranks (e.g. the median of
+an nccl-tests ``all_reduce_perf`` row, or of ``torch.distributed.all_reduce`` timed after warm-up). The ring
+model of :func:`dtpo.plan.collectives.ring_all_reduce` is linear in its two unknowns::
+
+    t = alpha * 2(p-1) + beta * 2(p-1)/p * n,      beta = 1 / bandwidth
+
+so a least-squares fit gives both. Timing noise is roughly multiplicative (a few percent of each time) and
+sizes span many decades, so by default every equation is divided by its measured time: each sample's
+*relative* error counts the same, and the small messages that pin alpha are not drowned by the large ones
+(``relative=False`` gives plain least squares on seconds). Samples need at least two distinct message sizes.
+
+A negative alpha (it happens when the small sizes are noisy or the link is pipelined better than the model
+says) is not a latency: the fit then keeps ``alpha = 0``, fits the bandwidth alone and says so in ``note``.
+A non-positive bandwidth term means the timings do not grow with size, and is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dtpo.core.errors import ConfigError
+from dtpo.plan.collectives import LinkCost, ring_all_reduce
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AlphaBetaFit:
+    """A fitted link.
+
+    Attributes:
+        alpha_s: Per-message latency, seconds (0 when the free fit gave a negative one; see ``note``).
+        bandwidth_Bps: Achieved bandwidth, bytes/s (the bus bandwidth the ring model uses).
+        residual_rms_s: Root mean square of measured minus fitted time over the samples, seconds.
+        points: Number of samples fitted.
+        note: Empty, or what the fit had to do (alpha forced to 0).
+        residual_rms_rel: Root mean square of the relative residuals (measured / fitted - 1); infinite when a
+            sample is fitted at 0 s (a 0-byte message with alpha forced to 0).
+    """
+
+    alpha_s: float
+    bandwidth_Bps: float
+    residual_rms_s: float
+    points: int
+    note: str = ""
+    residual_rms_rel: float = 0.0
+
+    def predict(self, n_bytes: float, p: int) -> float:
+        """Ring all-reduce time of ``n_bytes`` over ``p`` ranks with the fitted alpha and bandwidth, seconds."""
+        return ring_all_reduce(n_bytes, p, self.alpha_s, self.bandwidth_Bps)
+
+    def link_cost(self) -> LinkCost:
+        """The fit as a :class:`dtpo.plan.collectives.LinkCost`."""
+        return LinkCost(self.alpha_s, self.bandwidth_Bps)
+
+
+def _samples(samples: Sequence[tuple[float, float, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sizes, participant counts and times as arrays, each sample checked (ConfigError naming the bad one)."""
+    sizes: list[float] = []
+    ranks: list[int] = []
+    times: list[float] = []
+    for i, sample in enumerate(samples):
+        try:
+            n_bytes, p, seconds = sample
+            n, t, ranks_f = float(n_bytes), float(seconds), float(p)
+        except (TypeError, ValueError):
+            raise ConfigError(f"sample {i} must be (n_bytes, p, seconds) numbers, not {sample!r}") from None
+        if not (math.isfinite(n) and n >= 0):
+            raise ConfigError(f"sample {i}: message size must be >= 0 bytes, not {n_bytes!r}")
+        count = int(ranks_f) if math.isfinite(ranks_f) and ranks_f.is_integer() else 0
+        if count < 2:
+            raise ConfigError(f"sample {i}: an all-reduce over p={p!r} ranks says nothing about a link (need p >= 2)")
+        if not (math.isfinite(t) and t > 0):
+            raise ConfigError(f"sample {i}: measured time must be > 0 s, not {seconds!r}")
+        sizes.append(n)
+        ranks.append(count)
+        times.append(t)
+    return np.asarray(sizes), np.asarray(ranks, dtype=float), np.asarray(times)
+
+
+def fit_alpha_beta(samples: Sequence[tuple[float, float, float]], *, relative: bool = True) -> AlphaBetaFit:
+    """Least-squares fit of ``t = alpha * 2(p-1) + (1/bandwidth) * 2(p-1)/p * n`` to ring all-reduce timings.
+
+    Args:
+        samples: ``(n_bytes, p, measured_seconds)`` per all-reduce, ``p >= 2``.
+        relative: Weight each equation by ``1 / measured_seconds`` (least squares on relative error).
+
+    Raises:
+        ConfigError: A bad sample, fewer than two distinct message sizes, samples that cannot separate
+            latency from bandwidth, or a fit whose bandwidth term is not positive.
+    """
+    n, p, t = _samples(samples)
+    distinct = len(np.unique(n))
+    if distinct < 2:
+        raise ConfigError(f"need all-reduce timings at >= 2 distinct message sizes to fit alpha and bandwidth, "
+                          f"got {distinct}")
+    design = np.column_stack([2 * (p - 1), 2 * (p - 1) / p * n])
+    weights = 1 / t if relative else np.ones_like(t)
+    a, b = design * weights[:, None], t * weights
+    if np.linalg.matrix_rank(a) < 2:
+        raise ConfigError("the samples cannot separate latency from bandwidth (size/p is the same in all of them)")
+    (alpha, beta), *_ = np.linalg.lstsq(a, b, rcond=None)
+    note = ""
+    if alpha < 0:
+        note = f"free fit gave a negative alpha ({alpha:.3g} s): alpha fixed at 0, bandwidth fitted alone"
+        log.info("link fit: %s", note)
+        column = a[:, 1]
+        beta = float(column @ b / (column @ column)) if column @ column > 0 else 0.0
+        alpha = 0.0
+    if not beta > 0:
+        raise ConfigError("the fit gives a non-positive time per byte: the timings do not grow with message size")
+    fitted = design @ np.array([alpha, beta])
+    return AlphaBetaFit(
+        alpha_s=float(alpha),
+        bandwidth_Bps=float(1 / beta),
+        residual_rms_s=float(np.sqrt(np.mean((t - fitted) ** 2))),
+        points=len(t),
+        note=note,
+        residual_rms_rel=float(np.sqrt(np.mean((t / fitted - 1) ** 2))) if np.all(fitted > 0) else math.inf,
+    )

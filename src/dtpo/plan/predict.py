@@ -1,0 +1,188 @@
+"""The planner: a scenario's step time, throughput, scaling efficiency, energy and cost at each GPU count.
+
+It puts the pieces together: the fabric from the link catalogue (:mod:`dtpo.plan.interconnect`), compute from
+the calibration (:mod:`dtpo.plan.calibration`), the step from the step model (:mod:`dtpo.plan.step_model`),
+energy and cost from :mod:`dtpo.plan.power_at_scale`. Every prediction says which term limits it and
+whether it lies outside what the calibration covers (more GPUs than were measured, or nodes joined by a link
+that was not measured: its figures are the catalogue's).
+
+:func:`cheapest` answers ``--deadline`` and ``--budget``: across the scenario's GPU counts and every
+inter-node link of the catalogue (the scenario's own first), the cheapest configuration that finishes the
+work in time, or the fastest one within the budget.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+from dtpo.core.errors import ConfigError
+from dtpo.plan.calibration import Calibration, calibrate, modelled_optimizer_s
+from dtpo.plan.interconnect import CATALOGUE, find_link
+from dtpo.plan.power_at_scale import Cost, StepEnergy, price, scenario_step_energy
+from dtpo.plan.scenario import Scenario
+from dtpo.plan.step_model import Fabric, StepTime, step_time
+
+_COUNTS = re.compile(r", \d+ nodes?$")  # "..., 4 nodes": the same assumption at every GPU count
+
+LIMIT_SHARE = 0.10
+"""A term that takes more than this share of the step is named as what limits scaling."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """The planner's figures at one GPU count.
+
+    Attributes:
+        step: The step's parts.
+        samples_per_step: Samples in one optimizer step.
+        throughput: Samples per second of the whole job.
+        scaling_efficiency: Throughput per GPU against the smallest GPU count's.
+        energy: Energy of one step (GPUs, nodes, facility).
+        cost: Time, energy and money for the scenario's work (``None`` without a ``work`` section).
+        limit: What limits scaling here, in words.
+        extrapolated: Whether this lies beyond what the calibration measured.
+    """
+
+    step: StepTime
+    samples_per_step: int
+    throughput: float
+    scaling_efficiency: float
+    energy: StepEnergy
+    cost: Cost | None
+    limit: str
+    extrapolated: bool
+
+    @property
+    def gpus(self) -> int:
+        """GPUs in the job."""
+        return self.step.gpus
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A scenario's predictions with what they rest on.
+
+    Attributes:
+        scenario: The scenario.
+        fabric: Its links.
+        calibration: Its compute calibration.
+        predictions: One per GPU count, ascending.
+        assumptions: Everything assumed, in words (calibration, links, power).
+    """
+
+    scenario: Scenario
+    fabric: Fabric
+    calibration: Calibration
+    predictions: tuple[Prediction, ...]
+    assumptions: tuple[str, ...]
+
+
+def fabric_of(scenario: Scenario, inter_link: str | None = None) -> Fabric:
+    """The scenario's links (or another inter-node link), with its fabric efficiency if it sets one."""
+    return Fabric.of(find_link(scenario.intra_link), find_link(inter_link or scenario.inter_link),
+                     scenario.nics_per_node, scenario.fabric_efficiency)
+
+
+def limiting_term(step: StepTime) -> str:
+    """What limits scaling: exposed communication or the optimizer step when either takes more than
+    :data:`LIMIT_SHARE` of the step, else compute."""
+    shares = {"exposed communication": step.exposed_comm_s / step.step_s,
+              "optimizer step": step.optimizer_s / step.step_s}
+    name, share = max(shares.items(), key=lambda kv: kv[1])
+    if share > LIMIT_SHARE:
+        return f"{name} ({share:.0%} of the step)"
+    return "compute (scales linearly)"
+
+
+def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibration | None = None) -> Plan:
+    """Predict every GPU count of ``scenario`` (optionally on another inter-node link).
+
+    The calibration is made on the scenario's own fabric (the one its baseline ran on) and reused on another.
+    """
+    own = fabric_of(scenario)
+    calibration = calibration or calibrate(scenario, own)
+    fabric = own if inter_link is None else fabric_of(scenario, inter_link)
+    steps = []
+    for gpus in scenario.gpu_counts:
+        optimizer = calibration.optimizer_s
+        if optimizer is None:
+            optimizer = modelled_optimizer_s(scenario, calibration.job, gpus)
+        steps.append(step_time(gpus, scenario.gpus_per_node, calibration.t_micro_s, scenario.accum_at(gpus),
+                               optimizer, calibration.job, fabric))
+    power = scenario.power
+    if calibration.busy_power_w is not None and power.busy_power_w is None:
+        power = replace(power, busy_power_w=calibration.busy_power_w)
+    priced = replace(scenario, power=power)
+    first = steps[0]
+    base_per_gpu = priced.samples_per_step(first.gpus) / first.step_s / first.gpus
+    predictions = []
+    notes: list[str] = [f"compute: {calibration.source}", *calibration.assumptions]
+    for step in steps:
+        samples = priced.samples_per_step(step.gpus)
+        throughput = samples / step.step_s
+        energy = scenario_step_energy(priced, step.gpus, step.compute_s + step.optimizer_s, step.exposed_comm_s)
+        cost = price(priced.work.total_samples, throughput, energy, priced.prices) if priced.work else None
+        beyond = calibration.measured_gpus is not None and (
+            step.gpus > calibration.measured_gpus or step.nodes > (calibration.measured_nodes or 1))
+        predictions.append(Prediction(step, samples, throughput, throughput / step.gpus / base_per_gpu, energy, cost,
+                                      limiting_term(step), beyond or calibration.measured_gpus is None))
+        notes.extend(a for a in (_COUNTS.sub("", a) for a in energy.assumptions) if a not in notes)
+    link = fabric.inter
+    notes.append(f"links: {fabric.intra.name} inside a node ({fabric.intra.effective_bandwidth_Bps / 1e9:.0f} GB/s "
+                 f"effective, {fabric.intra.latency_s * 1e6:g} us), {link.name} between nodes "
+                 f"({scenario.nics_per_node} x {link.effective_bandwidth_Bps / 1e9:.1f} GB/s effective, "
+                 f"{link.latency_s * 1e6:g} us): catalogue figures ({link.source})")
+    return Plan(scenario, fabric, calibration, tuple(predictions), tuple(notes))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A configuration :func:`cheapest` picked.
+
+    Attributes:
+        inter_link: The inter-node link.
+        prediction: Its prediction.
+    """
+
+    inter_link: str
+    prediction: Prediction
+
+
+def cheapest(scenario: Scenario, deadline_h: float | None = None, budget: float | None = None) -> Choice:
+    """The cheapest configuration that finishes the scenario's work within ``deadline_h`` hours, or the fastest
+    that costs at most ``budget``; over the scenario's GPU counts and every inter-node link.
+
+    Raises:
+        ConfigError: No work or prices to judge by, or nothing meets the limit.
+    """
+    if scenario.work is None:
+        raise ConfigError("--deadline and --budget need the scenario's work section (samples or epochs)")
+    if budget is not None and scenario.prices.per_gpu_hour is None and scenario.prices.per_kwh is None:
+        raise ConfigError("--budget needs prices (prices.per_gpu_hour or prices.per_kwh)")
+    calibration = calibrate(scenario, fabric_of(scenario))
+    links = [scenario.inter_link, *(n for n, link in CATALOGUE.items()
+                                    if link.kind == "inter" and n != scenario.inter_link)]
+    options = [Choice(link, p) for link in links for p in plan(scenario, link, calibration).predictions]
+    assert all(o.prediction.cost is not None for o in options)
+
+    def money(o: Choice) -> float:
+        cost = o.prediction.cost
+        assert cost is not None
+        return cost.total if cost.total is not None else cost.kwh
+
+    if deadline_h is not None:
+        fit = [o for o in options if o.prediction.cost is not None and o.prediction.cost.hours <= deadline_h]
+        if not fit:
+            fastest = min(options, key=lambda o: o.prediction.cost.hours if o.prediction.cost else 0.0)
+            raise ConfigError(f"no configuration finishes within {deadline_h:g} h: the fastest, "
+                              f"{fastest.prediction.gpus} GPUs on {fastest.inter_link}, takes "
+                              f"{fastest.prediction.cost.hours if fastest.prediction.cost else 0:.3g} h")
+        return min(fit, key=money)
+    assert budget is not None
+    fit = [o for o in options if money(o) <= budget]
+    if not fit:
+        least = min(options, key=money)
+        raise ConfigError(f"no configuration costs at most {budget:g}: the cheapest, {least.prediction.gpus} GPUs on "
+                          f"{least.inter_link}, costs {money(least):.4g}")
+    return min(fit, key=lambda o: o.prediction.cost.hours if o.prediction.cost else 0.0)

@@ -1,0 +1,101 @@
+"""What ``dtpo plan`` shows: the table per GPU count, what was assumed, the plot, and a JSON form."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from dtpo.core.errors import ConfigError
+from dtpo.plan.predict import Plan
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def plan_table(result: Plan) -> Table:
+    """One row per GPU count: step split, throughput, efficiency, energy, cost, what limits it (* marks a
+    figure beyond what the calibration measured)."""
+    s = result.scenario
+    work = s.work.total_samples if s.work else None
+    title = (f"dtpo plan: {s.gpu}, {s.gpus_per_node} per node, {result.fabric.intra.name} + "
+             f"{s.nics_per_node} x {result.fabric.inter.name}, {s.strategy}, {s.precision}")
+    table = Table(title=escape(title), title_justify="left",
+                  caption="* beyond what the calibration measured (extrapolated); energy and cost are model figures")
+    columns = ["GPUs", "nodes", "accum", "step ms", "compute ms", "exposed comm ms", "optimizer ms", "samples/s",
+               "scaling eff.", "J/sample"]
+    if work:
+        columns += ["hours", "kWh", "cost"]
+    columns.append("limited by")
+    for name in columns:
+        table.add_column(name, justify="left" if name == "limited by" else "right")
+    for p in result.predictions:
+        st = p.step
+        mark = "*" if p.extrapolated else ""
+        row = [f"{p.gpus}{mark}", str(st.nodes), str(st.grad_accum), f"{st.step_s * 1e3:,.1f}",
+               f"{st.compute_s * 1e3:,.1f}", f"{st.exposed_comm_s * 1e3:,.2f}", f"{st.optimizer_s * 1e3:,.2f}",
+               f"{p.throughput:,.1f}", f"{p.scaling_efficiency * 100:.1f} %", f"{p.energy.joules_per_sample:.4g}"]
+        if work:
+            cost = p.cost
+            assert cost is not None
+            row += [f"{cost.hours:,.2f}", f"{cost.kwh:,.1f}", f"{cost.total:,.2f}" if cost.total is not None else "-"]
+        row.append(p.limit)
+        table.add_row(*row)
+    return table
+
+
+def assumptions_text(result: Plan) -> list[str]:
+    """Every assumption the plan used, one per line."""
+    return [f"- {a}" for a in result.assumptions]
+
+
+def plan_dict(result: Plan) -> dict[str, Any]:
+    """Plain values for JSON."""
+    rows = []
+    for p in result.predictions:
+        st = p.step
+        rows.append({"gpus": p.gpus, "nodes": st.nodes, "grad_accum": st.grad_accum, "step_s": st.step_s,
+                     "compute_s": st.compute_s, "comm_s": st.comm_s, "exposed_comm_s": st.exposed_comm_s,
+                     "optimizer_s": st.optimizer_s, "throughput": p.throughput,
+                     "scaling_efficiency": p.scaling_efficiency, "joules_per_sample": p.energy.joules_per_sample,
+                     "cost": None if p.cost is None else vars(p.cost), "limit": p.limit,
+                     "extrapolated": p.extrapolated})
+    return {"gpu": result.scenario.gpu, "intra_link": result.fabric.intra.name,
+            "inter_link": result.fabric.inter.name, "calibration": result.calibration.source,
+            "assumptions": list(result.assumptions), "predictions": rows}
+
+
+def write_plot(results: list[Plan], path: Path) -> None:
+    """Throughput, scaling efficiency and J/sample against GPU count, one line per plan (inter-node link).
+
+    Raises:
+        ConfigError: An unknown file type.
+    """
+    if path.suffix.lower() not in PLOT_SUFFIXES:
+        raise ConfigError(f"--plot must end in {', '.join(PLOT_SUFFIXES)}, got {path.name!r}")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4), constrained_layout=True)
+    for result in results:
+        gpus = [p.gpus for p in result.predictions]
+        label = result.fabric.inter.name
+        axes[0].plot(gpus, [p.throughput for p in result.predictions], marker="o", label=label)
+        axes[1].plot(gpus, [p.scaling_efficiency * 100 for p in result.predictions], marker="o", label=label)
+        axes[2].plot(gpus, [p.energy.joules_per_sample for p in result.predictions], marker="o", label=label)
+    for ax, title in zip(axes, ("throughput (samples/s)", "scaling efficiency (%)", "energy per sample (J, model)"),
+                         strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("GPUs")
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+    axes[0].set_yscale("log")
+    axes[0].legend(title="inter-node link")
+    s = results[0].scenario
+    fig.suptitle(f"dtpo plan: {s.gpu}, {s.gpus_per_node} per node ({results[0].calibration.source})", fontsize=9)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,657 @@
+"""The planner's input: one scale-out scenario, read from a TOML or JSON file.
+
+A scenario names the hardware (GPU model, GPUs per node, links), the job (model size, strategy, precision,
+compression, batch and accumulation), what is known of its compute time (a baseline or FLOPs per sample),
+and, optionally, power, prices and the amount of work to price. :func:`load_scenario` reads a file;
+:meth:`Scenario.from_dict` builds one from a dict. Every bad value raises
+:class:`~dtpo.core.errors.ConfigError` with one line that names the file and the field path
+(``h100.toml: model.parameters must be a positive integer, got -3``); unknown keys are errors too
+(``unknown field 'gpus_per_nod' (did you mean 'gpus_per_node'?)``).
+
+Schema (``model.x`` is key ``x`` of table ``model``; "required" fields must be given, "-" fields may be left
+out; ``baseline`` and ``work`` each take one of the forms their rows offer)::
+
+    -----------------------------  -----------------  --------  ------------  ------------------------------------------
+    field                          type               unit      default       meaning
+    -----------------------------  -----------------  --------  ------------  ------------------------------------------
+    gpu                            str                          required      GPU model: a power-model name or alias
+                                                                              (A40, V100, H100-SXM, A100-SXM, MI250X,
+                                                                              H100, A100), any GPU of the datasheet
+                                                                              catalogue (H100 PCIe, L40S, ...), or cpu
+                                                                              (then power.busy_power_w is required)
+    gpus_per_node                  int >= 1                     8             GPUs (or CPU workers) per node
+    gpu_counts                     list[int > 0]                required      GPU counts to predict; each one above
+                                                                              gpus_per_node must be a multiple of it
+    intra_link                     str                          "nvlink4"     link between the GPUs of a node (one of
+                                                                              KNOWN_LINKS)
+    inter_link                     str                          "ib-ndr"      link between nodes (one of KNOWN_LINKS)
+    nics_per_node                  int >= 1                     8             inter-node NICs per node
+    fabric_efficiency              float in (0, 1]              -             achieved / nominal bandwidth; overrides
+                                                                              the link catalogue's figure
+    model.parameters               int > 0                      -             trainable parameters (exactly one of
+                                                                              parameters, gradient_bytes)
+    model.gradient_bytes           int > 0            B         -             gradient bytes synchronised per step
+    model.gradient_dtype           str                          "fp32"        fp32, bf16 or fp16: gradient element size
+                                                                              used with parameters
+    model.flops_per_sample         float > 0          FLOP      -             training FLOPs per sample (forward and
+                                                                              backward)
+    strategy                       str                          "ddp"         ddp or fsdp
+    precision                      str                          "bf16-mixed"  32-true, bf16-mixed or 16-mixed
+    compression                    str                          "none"        none, fp16, bf16 or powersgd (none with
+                                                                              fsdp)
+    powersgd_rank                  int 1-4                      1             PowerSGD's approximation rank
+    overlap                        bool                         true          gradient all-reduce overlaps backward
+                                                                              (DDP buckets); false where it runs after
+                                                                              backward (apex's post-accumulation
+                                                                              all-reduce, parameter servers)
+    per_gpu_batch                  int > 0            sample    required      micro-batch per GPU
+    grad_accum                     int >= 1 | table             1             micro-batches per optimizer step: one
+                                                                              number, or one per GPU count, for every
+                                                                              count of gpu_counts and no other
+                                                                              ({8 = 32, 16 = 16}); see accum_at
+    baseline.gpus                  int > 0            GPU       -             GPU count of a known throughput, with
+                                                                              baseline.throughput
+    baseline.throughput            float > 0          sample/s  -             throughput measured (or published) at
+                                                                              baseline.gpus
+    baseline.run_dir               str (path)                   -             or: a dtpo run directory holding
+                                                                              record.json (relative paths: to the
+                                                                              current directory)
+    baseline.compute_s_per_sample  float > 0          s         -             or: compute time of one sample on one GPU
+    power.setting                  "max" | float > 0  W         "max"         GPU power setting: the maximum, or a power
+                                                                              limit in the GPU's range
+    power.node_overhead_w          float >= 0         W         1500.0        CPUs, memory, NICs, switches, fans of one
+                                                                              node (see below)
+    power.pue                      float >= 1                   1.0           power usage effectiveness of the facility:
+                                                                              multiplies all energy
+    power.waiting_power_fraction   float in [0, 1]              -             GPU power while waiting on exposed
+                                                                              communication / busy power
+    power.busy_power_w             float > 0          W         -             measured power of one GPU (or CPU worker)
+                                                                              while computing
+    prices.per_gpu_hour            float >= 0         $/GPU-h   -             price of one GPU for one hour
+    prices.per_kwh                 float >= 0         $/kWh     -             price of one kWh at the facility meter
+    prices.grid_g_co2_per_kwh      float >= 0         g/kWh     475.0         carbon intensity of the electricity (see
+                                                                              below)
+    work.samples                   int > 0            sample    -             the work to price: samples in all; or:
+    work.epochs                    float > 0                    -             epochs over work.dataset_samples
+    work.dataset_samples           int > 0            sample    -             samples in the data set
+    -----------------------------  -----------------  --------  ------------  ------------------------------------------
+
+At least one way to know the compute time must be given: ``baseline`` or ``model.flops_per_sample``.
+
+Defaults and their sources:
+
+* ``power.node_overhead_w = 1500``: an estimate for a DGX A100-class node at training load. The nameplate
+  leaves 6.5 kW (DGX A100 maximum system power) - 8 x 400 W (GPUs) = 3.3 kW for everything else, an upper
+  bound that includes power-supply headroom; the parts draw less at load (two 225 W-TDP AMD EPYC 7742 CPUs,
+  1-2 TB of DRAM, NVSwitches, about ten 200 Gb/s NICs, NVMe drives, fans), so the default takes about half of
+  it. Replace it with a measured figure (a node's PDU or BMC reading minus its GPUs) where there is one.
+* ``prices.grid_g_co2_per_kwh = 475``: the world-average carbon intensity of electricity generation in 2018
+  reported by the IEA (Global Energy & CO2 Status Report 2018); use the local grid's figure where known.
+* ``powersgd_rank = 1``: PyTorch's ``PowerSGDState(matrix_approximation_rank=1)`` default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import math
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dtpo.core.config import COMPRESSIONS, PRECISIONS, STRATEGIES
+from dtpo.core.errors import ConfigError
+from dtpo.core.record import RECORD_FILE
+from dtpo.devices.physics.catalogue import GpuSpec, find_gpu
+from dtpo.devices.physics.power_specs import PowerSpec, find_power_spec
+from dtpo.plan.interconnect import find_link, link_names
+
+logger = logging.getLogger(__name__)
+
+KNOWN_LINKS: tuple[str, ...] = tuple(link_names())
+
+CPU = "cpu"
+GRADIENT_DTYPES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per gradient element
+DEFAULT_NODE_OVERHEAD_W = 1500.0  # estimate for a DGX A100-class node at load: see the module docstring
+DEFAULT_GRID_G_CO2_PER_KWH = 475.0  # IEA world average, 2018: see the module docstring
+SUFFIXES: tuple[str, ...] = (".toml", ".json")
+
+_TOP_KEYS = ("gpu", "gpus_per_node", "gpu_counts", "intra_link", "inter_link", "nics_per_node",
+             "fabric_efficiency", "model", "strategy", "precision", "compression", "powersgd_rank",
+             "per_gpu_batch", "grad_accum", "overlap", "baseline", "power", "prices", "work")
+_MODEL_KEYS = ("parameters", "gradient_bytes", "gradient_dtype", "flops_per_sample")
+_BASELINE_KEYS = ("gpus", "throughput", "run_dir", "compute_s_per_sample")
+_POWER_KEYS = ("setting", "node_overhead_w", "pue", "waiting_power_fraction", "busy_power_w")
+_PRICES_KEYS = ("per_gpu_hour", "per_kwh", "grid_g_co2_per_kwh")
+_WORK_KEYS = ("samples", "epochs", "dataset_samples")
+
+
+# ---------------------------------------------------------------------------------------------- the sections
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What the planner needs to know of the model.
+
+    Attributes:
+        parameters: Trainable parameters, or ``None`` when ``gradient_bytes`` is given.
+        gradient_bytes: Gradient size per step in bytes, or ``None`` when ``parameters`` is given.
+        gradient_dtype: ``fp32``, ``bf16`` or ``fp16``: the element size used with ``parameters``.
+        flops_per_sample: Training FLOPs per sample (forward and backward), if known.
+    """
+
+    parameters: int | None = None
+    gradient_bytes: int | None = None
+    gradient_dtype: str = "fp32"
+    flops_per_sample: float | None = None
+
+    @property
+    def gradient_size_bytes(self) -> int:
+        """Bytes of gradient one optimizer step synchronises (before any compression)."""
+        if self.gradient_bytes is not None:
+            return self.gradient_bytes
+        assert self.parameters is not None  # from_dict guarantees one of the two
+        return self.parameters * GRADIENT_DTYPES[self.gradient_dtype]
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """One way to know the compute time: a throughput at a GPU count, a dtpo run, or seconds per sample.
+
+    Exactly one form is set: ``gpus`` with ``throughput``, ``run_dir``, or ``compute_s_per_sample``.
+
+    Attributes:
+        gpus: GPU count of the measured throughput.
+        throughput: Measured throughput at ``gpus`` GPUs, in samples per second.
+        run_dir: A dtpo run directory holding ``record.json`` (resolved against the base directory).
+        compute_s_per_sample: Compute time of one sample on one GPU, in seconds.
+    """
+
+    gpus: int | None = None
+    throughput: float | None = None
+    run_dir: Path | None = None
+    compute_s_per_sample: float | None = None
+
+    @property
+    def kind(self) -> str:
+        """``"throughput"``, ``"run_dir"`` or ``"compute_s_per_sample"``: which form this baseline has."""
+        if self.throughput is not None:
+            return "throughput"
+        if self.run_dir is not None:
+            return "run_dir"
+        return "compute_s_per_sample"
+
+
+@dataclass(frozen=True)
+class PowerSection:
+    """How the GPUs are run and what else draws power.
+
+    Attributes:
+        setting: ``"max"`` or a GPU power limit in watts.
+        node_overhead_w: Power of everything in a node but its GPUs (CPUs, memory, NICs, switches, fans).
+        pue: Power usage effectiveness of the facility (>= 1): multiplies all energy.
+        waiting_power_fraction: GPU power while waiting on exposed communication, as a fraction of its busy
+            power; ``None``: estimated from the GPU's idle power (see :mod:`dtpo.plan.power_at_scale`).
+        busy_power_w: Measured GPU (or CPU worker) power while computing; ``None``: estimated from the GPU's
+            maximum power.
+    """
+
+    setting: str | float = "max"
+    node_overhead_w: float = DEFAULT_NODE_OVERHEAD_W
+    pue: float = 1.0
+    waiting_power_fraction: float | None = None
+    busy_power_w: float | None = None
+
+    @property
+    def power_limit_w(self) -> float | None:
+        """The power limit in watts, or ``None`` for ``"max"``."""
+        return None if self.setting == "max" else float(self.setting)
+
+
+@dataclass(frozen=True)
+class Prices:
+    """What time, energy and carbon cost.
+
+    Attributes:
+        per_gpu_hour: Price of one GPU for one hour, or ``None`` if not priced.
+        per_kwh: Price of one kWh of electricity (at the facility meter), or ``None`` if not priced.
+        grid_g_co2_per_kwh: Carbon intensity of the electricity in g CO2 per kWh.
+    """
+
+    per_gpu_hour: float | None = None
+    per_kwh: float | None = None
+    grid_g_co2_per_kwh: float = DEFAULT_GRID_G_CO2_PER_KWH
+
+
+@dataclass(frozen=True)
+class Work:
+    """The amount of work to price: ``samples``, or ``epochs`` over ``dataset_samples``.
+
+    Attributes:
+        samples: Training samples in all.
+        epochs: Passes over the data set (with ``dataset_samples``).
+        dataset_samples: Samples in the data set (with ``epochs``).
+    """
+
+    samples: int | None = None
+    epochs: float | None = None
+    dataset_samples: int | None = None
+
+    @property
+    def total_samples(self) -> int:
+        """Samples to train on, in all."""
+        if self.samples is not None:
+            return self.samples
+        assert self.epochs is not None and self.dataset_samples is not None  # from_dict guarantees both
+        return max(1, round(self.epochs * self.dataset_samples))
+
+
+# ---------------------------------------------------------------------------------------------- the scenario
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One scale-out scenario: hardware, job, what is known of compute time, power, prices and work.
+
+    Build it with :meth:`from_dict` or :func:`load_scenario`, which validate every field; the module
+    docstring has the schema.
+
+    Attributes:
+        gpu: GPU model as written in the file (or ``"cpu"``).
+        gpu_counts: GPU counts to predict, ascending.
+        model: Model size and FLOPs.
+        per_gpu_batch: Micro-batch per GPU, in samples.
+        gpus_per_node: GPUs per node.
+        intra_link: Link between the GPUs of a node.
+        inter_link: Link between nodes.
+        nics_per_node: Inter-node NICs per node.
+        fabric_efficiency: Achieved / nominal bandwidth, overriding the link catalogue; ``None``: the catalogue's.
+        strategy: ``ddp`` or ``fsdp``.
+        precision: ``32-true``, ``bf16-mixed`` or ``16-mixed``.
+        compression: ``none``, ``fp16``, ``bf16`` or ``powersgd``.
+        powersgd_rank: PowerSGD's approximation rank (used with ``compression = "powersgd"``).
+        grad_accum: One accumulation for every count, or ``((gpus, accumulation), ...)`` for each count of
+            ``gpu_counts``, ascending; read it with :meth:`accum_at`.
+        overlap: Whether the gradient all-reduce overlaps backward (DDP's buckets) or runs after it.
+        baseline: A measured throughput, run directory or compute time per sample; ``None``: use FLOPs.
+        power: Power setting, node overhead and PUE.
+        prices: GPU-hour and energy prices and grid carbon intensity.
+        work: The amount of work to price, if given.
+        source: Where the scenario came from (the file), for messages.
+    """
+
+    gpu: str
+    gpu_counts: tuple[int, ...]
+    model: ModelSpec
+    per_gpu_batch: int
+    gpus_per_node: int = 8
+    intra_link: str = "nvlink4"
+    inter_link: str = "ib-ndr"
+    nics_per_node: int = 8
+    fabric_efficiency: float | None = None
+    strategy: str = "ddp"
+    precision: str = "bf16-mixed"
+    compression: str = "none"
+    powersgd_rank: int = 1
+    grad_accum: int | tuple[tuple[int, int], ...] = 1
+    overlap: bool = True
+    baseline: Baseline | None = None
+    power: PowerSection = field(default_factory=PowerSection)
+    prices: Prices = field(default_factory=Prices)
+    work: Work | None = None
+    source: str = ""
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether the workers are CPU processes rather than GPUs."""
+        return self.gpu.strip().lower() == CPU
+
+    @property
+    def power_spec(self) -> PowerSpec | None:
+        """The GPU's power model, if dtpo has one for it."""
+        return resolve_gpu(self.gpu)[0]
+
+    @property
+    def gpu_spec(self) -> GpuSpec | None:
+        """The GPU's datasheet entry, if the catalogue has one."""
+        return resolve_gpu(self.gpu)[1]
+
+    def accum_at(self, gpus: int) -> int:
+        """Gradient accumulation (micro-batches per optimizer step) at ``gpus`` GPUs.
+
+        Raises:
+            ConfigError: Accumulation is given per GPU count and ``gpus`` is not one of them.
+        """
+        if isinstance(self.grad_accum, int):
+            return self.grad_accum
+        for count, accum in self.grad_accum:
+            if count == gpus:
+                return accum
+        raise _fail(self.source, f"grad_accum has no entry for {gpus} GPUs "
+                                 f"(it has {', '.join(str(count) for count, _ in self.grad_accum)})")
+
+    def samples_per_step(self, gpus: int) -> int:
+        """Samples in one optimizer step at ``gpus`` GPUs: per-GPU batch x accumulation x GPUs."""
+        return self.per_gpu_batch * self.accum_at(gpus) * gpus
+
+    def nodes(self, gpus: int) -> int:
+        """Nodes that ``gpus`` GPUs occupy (a partly used node counts as one)."""
+        return math.ceil(gpus / self.gpus_per_node)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "", base_dir: str | os.PathLike[str] | None = None,
+                  ) -> Scenario:
+        """Validate ``data`` (a parsed TOML or JSON document) and build a scenario.
+
+        Args:
+            data: The document.
+            where: Where it came from (a file name), the prefix of every error message.
+            base_dir: Directory that a relative ``baseline.run_dir`` is resolved against (default: the
+                current directory).
+
+        Raises:
+            ConfigError: A missing, unknown or invalid field (one line naming it).
+        """
+        return _Reader(where, Path(base_dir) if base_dir is not None else Path.cwd()).scenario(data)
+
+
+def resolve_gpu(name: str) -> tuple[PowerSpec | None, GpuSpec | None]:
+    """The power model and the datasheet entry of a GPU name (either may be ``None``; both for ``cpu``)."""
+    if name.strip().lower() == CPU:
+        return None, None
+    try:
+        power = find_power_spec(name)
+    except ConfigError:
+        power = None
+    sheet = find_gpu(name) or (find_gpu(power.name) if power is not None else None)
+    return power, sheet
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read a scenario from a ``.toml`` or ``.json`` file.
+
+    Raises:
+        ConfigError: The file is missing, unreadable, malformed, or holds an invalid scenario (one line).
+    """
+    source = Path(path)
+    where = str(path)
+    suffix = source.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ConfigError(f"{where}: a scenario file must end in .toml or .json")
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such scenario file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ConfigError(f"{where}: not valid {suffix.lstrip('.').upper()}: {detail}") from None
+    scenario = Scenario.from_dict(data, where=where)
+    logger.debug("loaded scenario %s: %s at %s GPUs", where, scenario.gpu, list(scenario.gpu_counts))
+    return scenario
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+
+def _fail(where: str, message: str) -> ConfigError:
+    """A one-line error prefixed with where the scenario came from."""
+    return ConfigError(f"{where}: {message}" if where else message)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class _Reader:
+    """Reads one document field by field; every error names the field's path."""
+
+    def __init__(self, where: str, base_dir: Path) -> None:
+        self.where = where
+        self.base_dir = base_dir
+
+    def fail(self, message: str) -> ConfigError:
+        return _fail(self.where, message)
+
+    # --- generic checks
+
+    def table(self, data: object, path: str, allowed: Iterable[str]) -> Mapping[str, Any]:
+        """``data`` as a mapping with only ``allowed`` keys."""
+        if not isinstance(data, Mapping):
+            raise self.fail(f"{path or 'the scenario'} must be a table, got {type(data).__name__}")
+        allowed = tuple(allowed)
+        for key in data:
+            if key not in allowed:
+                name = f"{path}.{key}" if path else str(key)
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else f" (known: {', '.join(allowed)})"
+                raise self.fail(f"unknown field '{name}'{hint}")
+        return data
+
+    def require(self, data: Mapping[str, Any], key: str, path: str) -> Any:
+        if key not in data:
+            raise self.fail(f"missing field '{path}{key}'")
+        return data[key]
+
+    def integer(self, value: object, path: str, minimum: int = 1, maximum: int | None = None) -> int:
+        if not _is_int(value) or value < minimum or (maximum is not None and value > maximum):
+            if maximum is not None:
+                wanted = f"an integer from {minimum} to {maximum}"
+            else:
+                wanted = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise self.fail(f"{path} must be {wanted}, got {value!r}")
+        return int(value)  # type: ignore[arg-type]
+
+    def number(self, value: object, path: str, *, low: float, low_open: bool = False, high: float | None = None,
+               what: str | None = None) -> float:
+        ok = _is_number(value)
+        if ok:
+            number = float(value)  # type: ignore[arg-type]
+            ok = (number > low if low_open else number >= low) and (high is None or number <= high)
+        if not ok:
+            if what is None:
+                what = "a positive number" if (low == 0 and low_open and high is None) else "a number"
+            raise self.fail(f"{path} must be {what}, got {value!r}")
+        return float(value)  # type: ignore[arg-type]
+
+    def link(self, value: object, path: str) -> str:
+        """A catalogue link's canonical name (aliases accepted, see :func:`dtpo.plan.interconnect.find_link`)."""
+        if not isinstance(value, str):
+            raise self.fail(f"{path} must be one of {', '.join(KNOWN_LINKS)}, got {value!r}")
+        try:
+            return find_link(value).name
+        except ConfigError:
+            raise self.fail(f"{path} must be one of {', '.join(KNOWN_LINKS)}, got {value!r}") from None
+
+    def choice(self, value: object, path: str, choices: Iterable[str]) -> str:
+        choices = tuple(choices)
+        if not isinstance(value, str) or value not in choices:
+            raise self.fail(f"{path} must be one of {', '.join(choices)}, got {value!r}")
+        return value
+
+    # --- sections
+
+    def scenario(self, data: object) -> Scenario:
+        top = self.table(data, "", _TOP_KEYS)
+        gpu = self.gpu(self.require(top, "gpu", ""))
+        gpus_per_node = self.integer(top.get("gpus_per_node", 8), "gpus_per_node")
+        counts = self.gpu_counts(self.require(top, "gpu_counts", ""), gpus_per_node)
+        intra = self.link(top.get("intra_link", "nvlink4"), "intra_link")
+        inter = self.link(top.get("inter_link", "ib-ndr"), "inter_link")
+        nics = self.integer(top.get("nics_per_node", 8), "nics_per_node")
+        efficiency = top.get("fabric_efficiency")
+        if efficiency is not None:
+            efficiency = self.number(efficiency, "fabric_efficiency", low=0.0, low_open=True, high=1.0,
+                                     what="a number in (0, 1]")
+        model = self.model(self.require(top, "model", ""))
+        strategy = self.choice(top.get("strategy", "ddp"), "strategy", STRATEGIES)
+        precision = self.choice(top.get("precision", "bf16-mixed"), "precision", PRECISIONS)
+        compression = self.choice(top.get("compression", "none"), "compression", COMPRESSIONS)
+        if strategy == "fsdp" and compression != "none":
+            raise self.fail(f"compression must be none with strategy fsdp (FSDP has no DDP comm hook), "
+                            f"got {compression!r}")
+        rank = self.integer(top.get("powersgd_rank", 1), "powersgd_rank", 1, 4)
+        batch = self.integer(self.require(top, "per_gpu_batch", ""), "per_gpu_batch")
+        accum = self.grad_accum(top.get("grad_accum", 1), counts)
+        overlap = top.get("overlap", True)
+        if not isinstance(overlap, bool):
+            raise self.fail(f"overlap must be true or false, got {overlap!r}")
+        baseline = self.baseline(top["baseline"]) if "baseline" in top else None
+        if baseline is None and model.flops_per_sample is None:
+            raise self.fail("needs baseline or model.flops_per_sample to know the compute time")
+        power = self.power(top.get("power", {}), gpu)
+        prices = self.prices(top.get("prices", {}))
+        work = self.work(top["work"]) if "work" in top else None
+        return Scenario(gpu=gpu, gpu_counts=counts, model=model, per_gpu_batch=batch, gpus_per_node=gpus_per_node,
+                        intra_link=intra, inter_link=inter, nics_per_node=nics, fabric_efficiency=efficiency,
+                        strategy=strategy, precision=precision, compression=compression, powersgd_rank=rank,
+                        grad_accum=accum, overlap=overlap, baseline=baseline, power=power, prices=prices, work=work,
+                        source=self.where)
+
+    def gpu(self, value: object) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(f"gpu must be a GPU model name, got {value!r}")
+        name = value.strip()
+        if name.lower() == CPU:
+            return CPU
+        if resolve_gpu(name) == (None, None):
+            raise self.fail(f"gpu {name!r} is not a GPU model dtpo knows (e.g. H100, A100, V100, A40, MI250X, "
+                            f"L40S, or cpu)")
+        return name
+
+    def gpu_counts(self, value: object, gpus_per_node: int) -> tuple[int, ...]:
+        if not isinstance(value, list | tuple) or not value:
+            raise self.fail(f"gpu_counts must be a non-empty list of positive integers, got {value!r}")
+        counts = [self.integer(count, f"gpu_counts[{i}]") for i, count in enumerate(value)]
+        for count in counts:
+            if count > gpus_per_node and count % gpus_per_node:
+                raise self.fail(f"gpu_counts: {count} is not a multiple of gpus_per_node {gpus_per_node}")
+        if len(set(counts)) != len(counts):
+            twice = sorted({count for count in counts if counts.count(count) > 1})
+            raise self.fail(f"gpu_counts: {twice[0]} is listed twice")
+        return tuple(sorted(counts))
+
+    def model(self, value: object) -> ModelSpec:
+        table = self.table(value, "model", _MODEL_KEYS)
+        if ("parameters" in table) == ("gradient_bytes" in table):
+            raise self.fail("model needs exactly one of parameters or gradient_bytes"
+                            + (", not both" if "parameters" in table else ""))
+        parameters = table.get("parameters")
+        if parameters is not None:
+            parameters = self.integer(parameters, "model.parameters")
+        gradient_bytes = table.get("gradient_bytes")
+        if gradient_bytes is not None:
+            gradient_bytes = self.integer(gradient_bytes, "model.gradient_bytes")
+        dtype = self.choice(table.get("gradient_dtype", "fp32"), "model.gradient_dtype", GRADIENT_DTYPES)
+        flops = table.get("flops_per_sample")
+        if flops is not None:
+            flops = self.number(flops, "model.flops_per_sample", low=0.0, low_open=True)
+        return ModelSpec(parameters=parameters, gradient_bytes=gradient_bytes, gradient_dtype=dtype,
+                         flops_per_sample=flops)
+
+    def grad_accum(self, value: object, counts: tuple[int, ...]) -> int | tuple[tuple[int, int], ...]:
+        if not isinstance(value, Mapping):
+            return self.integer(value, "grad_accum")
+        by_count: dict[int, int] = {}
+        for key, accum in value.items():
+            count = int(key) if _is_int(key) or (isinstance(key, str) and key.strip().isdigit()) else None
+            if count is None or count < 1:
+                raise self.fail(f"grad_accum: key {key!r} must be a GPU count (a positive integer)")
+            if count not in counts:
+                raise self.fail(f"grad_accum: {count} GPUs is not in gpu_counts")
+            by_count[count] = self.integer(accum, f"grad_accum.{key}")
+        for count in counts:
+            if count not in by_count:
+                raise self.fail(f"grad_accum: no accumulation for {count} GPUs (give one for every count of "
+                                f"gpu_counts)")
+        return tuple(sorted(by_count.items()))
+
+    def baseline(self, value: object) -> Baseline:
+        table = self.table(value, "baseline", _BASELINE_KEYS)
+        forms = [name for name, present in (("gpus and throughput", "gpus" in table or "throughput" in table),
+                                            ("run_dir", "run_dir" in table),
+                                            ("compute_s_per_sample", "compute_s_per_sample" in table)) if present]
+        if len(forms) != 1:
+            raise self.fail("baseline needs exactly one of: gpus and throughput, run_dir, compute_s_per_sample"
+                            + (f" (got {' and '.join(forms)})" if forms else ""))
+        if forms[0] == "gpus and throughput":
+            gpus = self.integer(self.require(table, "gpus", "baseline."), "baseline.gpus")
+            throughput = self.number(self.require(table, "throughput", "baseline."), "baseline.throughput",
+                                     low=0.0, low_open=True, what="a positive number (samples/s)")
+            return Baseline(gpus=gpus, throughput=throughput)
+        if forms[0] == "run_dir":
+            raw = table["run_dir"]
+            if not isinstance(raw, str) or not raw.strip():
+                raise self.fail(f"baseline.run_dir must be a directory path, got {raw!r}")
+            run_dir = Path(raw).expanduser()
+            if not run_dir.is_absolute():
+                run_dir = self.base_dir / run_dir
+            if not (run_dir / RECORD_FILE).is_file():
+                raise self.fail(f"baseline.run_dir: {raw} has no {RECORD_FILE}")
+            return Baseline(run_dir=run_dir)
+        seconds = self.number(table["compute_s_per_sample"], "baseline.compute_s_per_sample", low=0.0,
+                              low_open=True, what="a positive number (seconds)")
+        return Baseline(compute_s_per_sample=seconds)
+
+    def power(self, value: object, gpu: str) -> PowerSection:
+        table = self.table(value, "power", _POWER_KEYS)
+        setting: str | float = "max"
+        if "setting" in table and table["setting"] != "max":
+            setting = self.number(table["setting"], "power.setting", low=0.0, low_open=True,
+                                  what='"max" or a power limit in W')
+            self.check_limit(setting, gpu)
+        overhead = self.number(table.get("node_overhead_w", DEFAULT_NODE_OVERHEAD_W), "power.node_overhead_w",
+                               low=0.0, what="a number >= 0 (W)")
+        pue = self.number(table.get("pue", 1.0), "power.pue", low=1.0, what="a number >= 1")
+        fraction = table.get("waiting_power_fraction")
+        if fraction is not None:
+            fraction = self.number(fraction, "power.waiting_power_fraction", low=0.0, high=1.0,
+                                   what="a number in [0, 1]")
+        busy = table.get("busy_power_w")
+        if busy is not None:
+            busy = self.number(busy, "power.busy_power_w", low=0.0, low_open=True, what="a positive number (W)")
+        elif gpu == CPU:
+            raise self.fail("power.busy_power_w is required with gpu 'cpu' (a CPU has no power model here: give "
+                            "the measured power of one worker)")
+        return PowerSection(setting=setting, node_overhead_w=overhead, pue=pue, waiting_power_fraction=fraction,
+                            busy_power_w=busy)
+
+    def check_limit(self, limit: float, gpu: str) -> None:
+        """A power limit must lie in the GPU's settable range (or at most its datasheet power)."""
+        spec, sheet = resolve_gpu(gpu)
+        if spec is not None and not spec.min_power_w <= limit <= spec.max_power_w:
+            raise self.fail(f"power.setting {limit:g} W is outside the {spec.name}'s power-limit range "
+                            f"{spec.min_power_w:g}-{spec.max_power_w:g} W")
+        if spec is None and sheet is not None and limit > sheet.tdp_w:
+            raise self.fail(f"power.setting {limit:g} W is above the {sheet.name}'s {sheet.tdp_w:g} W maximum")
+
+    def prices(self, value: object) -> Prices:
+        table = self.table(value, "prices", _PRICES_KEYS)
+        numbers = {key: self.number(table[key], f"prices.{key}", low=0.0, what="a number >= 0")
+                   for key in _PRICES_KEYS if key in table}
+        return Prices(**numbers)
+
+    def work(self, value: object) -> Work:
+        table = self.table(value, "work", _WORK_KEYS)
+        if "samples" in table:
+            if "epochs" in table or "dataset_samples" in table:
+                raise self.fail("work needs samples, or epochs with dataset_samples, not both")
+            return Work(samples=self.integer(table["samples"], "work.samples"))
+        if not table:
+            raise self.fail("work needs samples, or epochs with dataset_samples")
+        epochs = self.number(self.require(table, "epochs", "work."), "work.epochs", low=0.0, low_open=True)
+        dataset = self.integer(self.require(table, "dataset_samples", "work."), "work.dataset_samples")
+        return Work(epochs=epochs, dataset_samples=dataset)

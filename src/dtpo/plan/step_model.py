@@ -1,0 +1,158 @@
+"""One data-parallel optimizer step at a given GPU count: compute, communication, what stays exposed.
+
+The step of a data-parallel job with ``k`` micro-batches per optimizer step (gradient accumulation)::
+
+    step_s = k x t_micro + exposed_comm_s + optimizer_s
+
+* ``t_micro`` is one micro-batch's forward and backward on one GPU (calibrated, see
+  :mod:`dtpo.plan.calibration`); :data:`BACKWARD_SHARE` of it is backward.
+* **DDP** all-reduces once per optimizer step, bucket by bucket while the *last* micro-batch's backward still
+  runs (the earlier micro-batches run under ``no_sync``). Buckets follow DDP's sizes
+  (:func:`~dtpo.plan.overlap.ddp_bucket_sizes`), become ready evenly over that backward, and are sent one after
+  another (:func:`~dtpo.plan.overlap.exposed_comm`); what is still on the wire when backward ends is exposed.
+  The all-reduce is hierarchical across nodes (:func:`~dtpo.plan.collectives.all_reduce`, ring or tree,
+  whichever is faster, as NCCL's tuner picks), on the bytes the compression leaves
+  (:func:`~dtpo.plan.collectives.wire_bytes`).
+* **FSDP** gathers the parameters before each micro-batch's forward and again before its backward, and
+  reduce-scatters the gradients after the last one; with prefetching, a micro-batch's gathers overlap its own
+  compute, so only what exceeds it is exposed (:func:`~dtpo.plan.collectives.fsdp_step_comm`).
+* ``optimizer_s``: measured in a calibration run, else modelled as :data:`OPTIMIZER_BYTES_PER_PARAM` bytes of
+  memory traffic per parameter held (AdamW in float32: parameter, gradient and two moments, each read and
+  written) at the GPU's peak memory bandwidth. It does not shrink with more GPUs under DDP, which is why a
+  fixed global batch with less accumulation per GPU loses efficiency.
+
+Not modelled: stragglers and jitter (the slowest of many GPUs), data loading, congestion with other jobs, and
+NCCL's pipelining of the hierarchical stages (the stages are added up).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dtpo.plan.collectives import LinkCost, all_reduce, fsdp_step_comm, wire_bytes
+from dtpo.plan.interconnect import Link
+from dtpo.plan.overlap import ddp_bucket_sizes, exposed_comm, uniform_buckets
+
+BACKWARD_SHARE = 2.0 / 3.0
+"""Share of a micro-batch's forward+backward spent in backward (backward does twice forward's FLOPs)."""
+
+OPTIMIZER_BYTES_PER_PARAM = 32.0
+"""Memory traffic of one AdamW step per float32 parameter: parameter, gradient, two moments, read and written."""
+
+
+@dataclass(frozen=True)
+class Fabric:
+    """The links a job's collectives run on.
+
+    Attributes:
+        intra: Link between the GPUs of one node.
+        inter: Link between nodes (one NIC's figures).
+        nics_per_node: NICs per node (the inter-node bandwidth of a node is their sum).
+        intra_cost: Alpha-beta cost of the intra-node link (its latency and effective bandwidth).
+        inter_cost: Alpha-beta cost of a node's inter-node link (all its NICs together).
+    """
+
+    intra: Link
+    inter: Link
+    nics_per_node: int
+    intra_cost: LinkCost
+    inter_cost: LinkCost
+
+    @classmethod
+    def of(cls, intra: Link, inter: Link, nics_per_node: int, efficiency: float | None = None) -> Fabric:
+        """The fabric of two catalogue links; ``efficiency`` overrides both links' fabric efficiency."""
+        if efficiency is not None:
+            intra, inter = intra.with_efficiency(efficiency), inter.with_efficiency(efficiency)
+        return cls(intra, inter, nics_per_node, LinkCost.from_link(intra), LinkCost.from_link(inter, nics_per_node))
+
+
+@dataclass(frozen=True)
+class JobShape:
+    """What the step model needs of the job, independent of the GPU count.
+
+    Attributes:
+        gradient_bytes: One full gradient as all-reduced without compression (its dtype's bytes).
+        parameters: Trainable parameters.
+        strategy: ``ddp`` or ``fsdp``.
+        compression: Gradient compression on the wire (DDP).
+        powersgd_rank: PowerSGD's rank.
+        matrix_shapes: Shapes of the trainable tensors (PowerSGD needs them).
+        bucket_cap_bytes: DDP's bucket size.
+        param_bytes: Bytes of the parameters FSDP gathers (their compute dtype).
+        overlap: Whether DDP's all-reduce overlaps the last backward (``False``: it starts after backward).
+    """
+
+    gradient_bytes: float
+    parameters: float
+    strategy: str = "ddp"
+    compression: str = "none"
+    powersgd_rank: int = 1
+    matrix_shapes: tuple[tuple[int, ...], ...] | None = None
+    bucket_cap_bytes: int = 25 * 1024 * 1024
+    param_bytes: float | None = None
+    overlap: bool = True
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One predicted optimizer step.
+
+    Attributes:
+        gpus: GPUs in the job.
+        nodes: Nodes they occupy.
+        grad_accum: Micro-batches per optimizer step.
+        compute_s: Forward and backward of all micro-batches.
+        comm_s: Communication of the step, hidden or not.
+        exposed_comm_s: Communication not hidden behind compute.
+        optimizer_s: The optimizer step.
+    """
+
+    gpus: int
+    nodes: int
+    grad_accum: int
+    compute_s: float
+    comm_s: float
+    exposed_comm_s: float
+    optimizer_s: float
+
+    @property
+    def step_s(self) -> float:
+        """Wall time of the step."""
+        return self.compute_s + self.exposed_comm_s + self.optimizer_s
+
+
+def optimizer_seconds(parameters: float, memory_bandwidth_Bps: float | None, shards: int = 1) -> float:
+    """Modelled AdamW step: :data:`OPTIMIZER_BYTES_PER_PARAM` bytes per parameter this GPU holds (a ``1/shards``
+    share under FSDP) at the memory bandwidth; 0 when the bandwidth is unknown."""
+    if not memory_bandwidth_Bps:
+        return 0.0
+    return OPTIMIZER_BYTES_PER_PARAM * parameters / shards / memory_bandwidth_Bps
+
+
+def step_time(gpus: int, gpus_per_node: int, t_micro_s: float, grad_accum: int, optimizer_s: float, job: JobShape,
+              fabric: Fabric) -> StepTime:
+    """Predict one optimizer step of ``gpus`` GPUs (see the module docs)."""
+    per_node = min(gpus, gpus_per_node)
+    nodes = math.ceil(gpus / gpus_per_node)
+    compute = grad_accum * t_micro_s
+    if gpus == 1:
+        return StepTime(gpus, nodes, grad_accum, compute, 0.0, 0.0, optimizer_s)
+    inter = fabric.inter_cost if nodes > 1 else None
+    if job.strategy == "fsdp":
+        params = job.param_bytes if job.param_bytes is not None else job.gradient_bytes
+        parts = fsdp_step_comm(params, job.gradient_bytes, per_node, nodes, fabric.intra_cost, inter)
+        per_micro = parts.forward_all_gather_s + parts.backward_all_gather_s
+        comm = grad_accum * per_micro + parts.reduce_scatter_s
+        exposed = grad_accum * max(0.0, per_micro - t_micro_s) + parts.reduce_scatter_s * (1.0 - BACKWARD_SHARE)
+        return StepTime(gpus, nodes, grad_accum, compute, comm, exposed, optimizer_s)
+    on_wire = wire_bytes(job.gradient_bytes, job.compression, job.powersgd_rank,
+                         job.matrix_shapes if job.compression == "powersgd" else None)
+    comm = all_reduce(on_wire, per_node, nodes, fabric.intra_cost, inter, algorithm="auto")
+    if not job.overlap:
+        return StepTime(gpus, nodes, grad_accum, compute, comm, comm, optimizer_s)
+    sizes = ddp_bucket_sizes(max(int(on_wire), 1), cap_bytes=job.bucket_cap_bytes)
+    backward = BACKWARD_SHARE * t_micro_s
+    ready, per_bucket = uniform_buckets(backward, len(sizes), comm, bucket_bytes=sizes)
+    exposed = exposed_comm(ready, per_bucket, backward_end_s=backward)
+    return StepTime(gpus, nodes, grad_accum, compute, comm, exposed, optimizer_s)

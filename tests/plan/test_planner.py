@@ -1,0 +1,203 @@
+"""The planner end to end: step model, calibration, predictions against published scaling, ``dtpo plan``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+from dtpo.core.errors import ConfigError
+from dtpo.plan.calibration import calibrate, from_run
+from dtpo.plan.collectives import LinkCost
+from dtpo.plan.interconnect import find_link
+from dtpo.plan.predict import cheapest, fabric_of, limiting_term, plan
+from dtpo.plan.scenario import Scenario, load_scenario
+from dtpo.plan.step_model import Fabric, JobShape, StepTime, step_time
+
+ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED = ROOT.parent / "shared" / "data" / "scaling" / "published_scaling.json"
+EXAMPLES = ROOT / "examples" / "plan"
+
+
+def fabric(intra_Bps: float = 100e9, inter_Bps: float = 10e9) -> Fabric:
+    return Fabric(find_link("nvlink3"), find_link("ib-hdr"), 1, LinkCost(0.0, intra_Bps), LinkCost(0.0, inter_Bps))
+
+
+def test_a_step_adds_compute_exposed_communication_and_the_optimizer() -> None:
+    job = JobShape(gradient_bytes=400e6, parameters=100e6, overlap=False)
+    step = step_time(16, 8, t_micro_s=0.1, grad_accum=4, optimizer_s=0.01, job=job, fabric=fabric())
+    # hand-computed: reduce-scatter + all-gather inside 8 GPUs at 100 GB/s = 2 x 7/8 x 400 MB / 100 GB/s = 7 ms;
+    # across 2 nodes at 10 GB/s a ring moves 2 x 1/2 x 400 MB = 400 MB: 40 ms; 47 ms in all, none hidden
+    assert step.comm_s == pytest.approx(0.047, rel=1e-6)
+    assert step.exposed_comm_s == pytest.approx(step.comm_s)
+    assert step.step_s == pytest.approx(0.4 + 0.047 + 0.01, rel=1e-6)
+    hidden = step_time(16, 8, 0.1, 4, 0.01, JobShape(gradient_bytes=400e6, parameters=100e6), fabric())
+    assert hidden.comm_s == pytest.approx(step.comm_s)
+    assert 0 < hidden.exposed_comm_s < step.exposed_comm_s  # buckets overlap the last backward
+    alone = step_time(1, 8, 0.1, 4, 0.01, job, fabric())
+    assert alone.comm_s == 0 and alone.step_s == pytest.approx(0.41)
+
+
+def test_fsdp_hides_its_gathers_behind_compute_until_they_exceed_it() -> None:
+    job = JobShape(gradient_bytes=400e6, parameters=100e6, strategy="fsdp", param_bytes=200e6)
+    slow_compute = step_time(16, 8, 1.0, 1, 0.0, job, fabric())
+    fast_compute = step_time(16, 8, 0.001, 1, 0.0, job, fabric())
+    assert slow_compute.exposed_comm_s < fast_compute.exposed_comm_s
+    assert fast_compute.exposed_comm_s > 0.5 * fast_compute.comm_s
+
+
+def test_the_limit_is_named_from_the_largest_term() -> None:
+    assert limiting_term(StepTime(8, 1, 1, 1.0, 0.5, 0.3, 0.01)).startswith("exposed communication")
+    assert limiting_term(StepTime(8, 1, 1, 1.0, 0.0, 0.0, 0.5)).startswith("optimizer step")
+    assert limiting_term(StepTime(8, 1, 1, 1.0, 0.01, 0.01, 0.01)).startswith("compute")
+
+
+def _scenario(**extra: object) -> Scenario:
+    data = {"gpu": "H100", "gpu_counts": [8, 64, 512], "per_gpu_batch": 8, "grad_accum": 1,
+            "model": {"parameters": 1_300_000_000, "gradient_dtype": "bf16"},
+            "baseline": {"gpus": 8, "throughput": 400.0},
+            "prices": {"per_gpu_hour": 2.5, "per_kwh": 0.15}, "work": {"samples": 10_000_000}}
+    data.update(extra)
+    return Scenario.from_dict(data, where="test")
+
+
+def test_a_calibration_from_a_measured_throughput_reproduces_it() -> None:
+    scenario = _scenario()
+    result = plan(scenario)
+    assert result.predictions[0].throughput == pytest.approx(400.0, rel=1e-6)
+    assert result.predictions[0].scaling_efficiency == pytest.approx(1.0)
+    assert [p.extrapolated for p in result.predictions] == [False, True, True]
+    assert any("compute: measured 400 samples/s at 8 GPUs" in a for a in result.assumptions)
+    # a slower fabric can only lose throughput beyond one node
+    roce = plan(scenario, "roce-100g", result.calibration)
+    assert roce.predictions[0].throughput == pytest.approx(result.predictions[0].throughput)
+    assert roce.predictions[-1].throughput < result.predictions[-1].throughput
+
+
+def test_the_deadline_picks_the_cheapest_configuration_that_meets_it() -> None:
+    scenario = _scenario()
+    options = {(p.gpus, link): p.cost for link in ("ib-ndr", "roce-100g", "ib-hdr", "eth-25g-tcp")
+               for p in plan(scenario, link).predictions}
+    deadline = 5.0
+    pick = cheapest(scenario, deadline_h=deadline)
+    assert pick.prediction.cost is not None and pick.prediction.cost.hours <= deadline
+    meeting = [c.total for c in options.values() if c is not None and c.hours <= deadline and c.total is not None]
+    assert pick.prediction.cost.total == pytest.approx(min(meeting))
+    with pytest.raises(ConfigError, match="no configuration finishes within 0.001 h"):
+        cheapest(scenario, deadline_h=0.001)
+
+
+def _write_run(run_dir: Path, device: str = "cpu", model: bool = True) -> None:
+    run_dir.mkdir(parents=True)
+    steps = [{"step": i, "warmup": i < 2, "samples": 32, "step_s": 0.2, "data_wait_s": 0.0, "compute_s": 0.15,
+              "tail_s": 0.01, "optimizer_s": 0.02} for i in range(10)]
+    rank = {"rank": 0, "local_rank": 0, "node": "vm", "device": device, "flops_per_step": 3.2e12, "steps": steps,
+            "model": {"parameters": 1000, "gradient_bytes": 4000, "matrix_shapes": [[10, 100]],
+                      "bucket_cap_bytes": 26214400} if model else None}
+    record = {"config": {"session": {"grad_accum": 2, "precision": "32-true"}}, "ranks": [rank, {**rank, "rank": 1}],
+              "energy": {"energy_j": {"value": 400.0, "source": "estimated"}, "time_s": 10.0}}
+    (run_dir / "record.json").write_text(json.dumps(record))
+
+
+def test_a_run_record_gives_compute_optimizer_gradient_and_power(tmp_path: Path) -> None:
+    _write_run(tmp_path / "run")
+    scenario = Scenario.from_dict({"gpu": "cpu", "gpu_counts": [2, 4], "gpus_per_node": 2, "per_gpu_batch": 32,
+                                   "intra_link": "loopback", "inter_link": "eth-25g-tcp", "nics_per_node": 1,
+                                   "model": {"gradient_bytes": 4000},
+                                   "baseline": {"run_dir": str(tmp_path / "run")}, "power": {"busy_power_w": 10.0}},
+                                  where="test")
+    cal = from_run(scenario, tmp_path / "run")
+    # 0.15 s of compute for 2 micro-batches of 16 samples, scaled to the scenario's 32: 0.15 s per micro-batch
+    assert cal.t_micro_s == pytest.approx(0.15)
+    assert cal.optimizer_s == pytest.approx(0.02)
+    assert cal.job.gradient_bytes == 4000 and cal.job.matrix_shapes == ((10, 100),)
+    assert cal.busy_power_w == pytest.approx(400.0 / 10.0 / 2)
+    assert any("estimated" in a for a in cal.assumptions)
+    # planning an H100 from a CPU run uses the run's counted FLOPs, at an assumed MFU
+    h100 = Scenario.from_dict({"gpu": "H100", "gpu_counts": [8], "per_gpu_batch": 16, "model": {"gradient_bytes": 4000},
+                               "baseline": {"run_dir": str(tmp_path / "run")}}, where="test")
+    flops = calibrate(h100, fabric_of(h100))
+    assert "FLOPs per sample counted in dtpo run" in flops.source and flops.t_micro_s < cal.t_micro_s
+
+
+def test_a_run_without_what_the_planner_needs_is_one_clear_error(tmp_path: Path) -> None:
+    _write_run(tmp_path / "old", model=False)
+    scenario = Scenario.from_dict({"gpu": "cpu", "gpu_counts": [2], "per_gpu_batch": 32, "model": {"gradient_bytes": 4},
+                                   "baseline": {"run_dir": str(tmp_path / "old")},
+                                   "power": {"busy_power_w": 10.0}}, where="test")
+    with pytest.raises(ConfigError, match="has no model section"):
+        from_run(scenario, tmp_path / "old")
+    with pytest.raises(ConfigError, match="has no record.json"):
+        from_run(scenario, tmp_path / "missing")
+
+
+# -- published scaling: calibrated on the smallest point, the rest predicted ------------------------------------
+
+def _published() -> dict[str, dict]:
+    if not PUBLISHED.exists():
+        pytest.skip(f"{PUBLISHED} is not beside the repository")
+    return {s["id"]: s for s in json.loads(PUBLISHED.read_text())["series"]}
+
+
+REPRODUCED = ["dle_pt_bert_large_ph1_fp16_dgxa100", "dle_pt_bert_large_ph1_tf32_dgxa100",
+              "dle_pt_bert_large_ph2_fp16_dgxa100", "tf_dgx1_p100_synthetic_resnet50",
+              pytest.param("dle_pt_bert_large_ph2_tf32_dgxa100", marks=pytest.mark.xfail(
+                  strict=True, reason="known miss: at 128 and 256 GPUs the published efficiency falls to 89 % and "
+                  "78 % while the same recipe in fp16 keeps 94 %; no compute, alpha-beta or optimizer term explains "
+                  "it"))]
+
+
+@pytest.mark.parametrize("series_id", REPRODUCED)
+def test_published_series_are_reproduced_from_their_smallest_point(series_id: str) -> None:
+    series = _published()[series_id]
+    result = plan(load_scenario(EXAMPLES / "published" / f"{series_id}.toml"))
+    points = {p["gpus"]: p["throughput"] for p in series["points"]}
+    base = min(points)
+    for pred in result.predictions:
+        published = points[pred.gpus]
+        assert pred.throughput == pytest.approx(published, rel=0.10), pred.gpus
+        efficiency = published / pred.gpus / (points[base] / base)
+        assert abs(pred.scaling_efficiency - efficiency) <= 0.05, pred.gpus
+
+
+# -- the command ---------------------------------------------------------------------------------------------------
+
+def test_dtpo_plan_prints_the_table_the_assumptions_and_writes_the_plot(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["plan", str(EXAMPLES / "h100_ib_ndr_vs_roce.toml"), "--compare-link", "roce-100g",
+                              "--plot", str(tmp_path / "plan.png"), "--json", str(tmp_path / "plan.json"),
+                              "--deadline", "10"], capsys)
+    assert code == 0, out + err
+    assert "ib-ndr" in out and "roce-100g" in out and "limited by" in out and "assumed" in out
+    assert "within 10 h, the cheapest" in out
+    assert (tmp_path / "plan.png").stat().st_size > 1000
+    plans = json.loads((tmp_path / "plan.json").read_text())["plans"]
+    assert [p["inter_link"] for p in plans] == ["ib-ndr", "roce-100g"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["plan"], "give a scenario file or --from-run"),
+    (["plan", "missing.toml"], "missing.toml"),
+    (["plan", str(EXAMPLES / "bert_large_dgx_a100.toml"), "--plot", "x.gif"], "--plot must end in"),
+    (["plan", str(EXAMPLES / "bert_large_dgx_a100.toml"), "--deadline", "1", "--budget", "2"], "not both"),
+    (["plan", "--from-run", "nowhere", "--gpu", "H100", "--gpu-counts", "8"], "has no record.json"),
+    (["plan", "--from-run", "nowhere"], "--from-run needs the target hardware"),
+], ids=["nothing", "missing file", "bad plot", "deadline and budget", "no record", "no hardware"])
+def test_bad_plan_requests_are_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(args, capsys)
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+
+
+def test_a_scenario_with_an_unknown_gpu_names_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('gpu = "Z9000"\ngpu_counts = [8]\nper_gpu_batch = 8\n[model]\nparameters = 10\n'
+                    '[baseline]\ngpus = 8\nthroughput = 10.0\n')
+    code, out, err = run_cli(["plan", str(path)], capsys)
+    assert code == 2 and "gpu" in err and "Z9000" in err and len(err.strip().splitlines()) == 1
