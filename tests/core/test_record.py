@@ -109,7 +109,8 @@ def test_a_v1_record_loads_as_attempt_0_with_typed_figures(tmp_path: Path,
     saved = json.loads((tmp_path / "record.json").read_text())
     assert saved["schema"] == "dtpo.run/2" and saved["attempt"] == 0 and saved["restarts"] == []
     assert saved["energy"] == V1_RECORD["energy"] and saved["totals"] == V1_RECORD["totals"]
-    assert saved["ranks"][0] == {**V1_RECORD["ranks"][0], "knobs": None, "switches": [], "tuning": None, "slack": None}
+    assert saved["ranks"][0] == {**V1_RECORD["ranks"][0], "knobs": None, "switches": [], "tuning": None, "slack": None,
+                                 "model": None}
 
 
 def test_v2_round_trip_with_restarts_and_energy(tmp_path: Path) -> None:
