@@ -95,14 +95,17 @@ def limiting_term(step: StepTime) -> str:
     return "compute (scales linearly)"
 
 
-def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibration | None = None) -> Plan:
-    """Predict every GPU count of ``scenario`` (optionally on another inter-node link).
+def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibration | None = None,
+         fabric: Fabric | None = None) -> Plan:
+    """Predict every GPU count of ``scenario`` (optionally on another inter-node link, or on a ``fabric`` of
+    measured links: see :func:`dtpo.plan.link_fit.fit_alpha_beta`).
 
     The calibration is made on the scenario's own fabric (the one its baseline ran on) and reused on another.
     """
-    own = fabric_of(scenario)
+    own = fabric or fabric_of(scenario)
     calibration = calibration or calibrate(scenario, own)
-    fabric = own if inter_link is None else fabric_of(scenario, inter_link)
+    if fabric is None:
+        fabric = own if inter_link is None else fabric_of(scenario, inter_link)
     steps = []
     for gpus in scenario.gpu_counts:
         optimizer = calibration.optimizer_s

@@ -33,8 +33,8 @@ def plan_table(result: Plan) -> Table:
     for p in result.predictions:
         st = p.step
         mark = "*" if p.extrapolated else ""
-        row = [f"{p.gpus}{mark}", str(st.nodes), str(st.grad_accum), f"{st.step_s * 1e3:,.1f}",
-               f"{st.compute_s * 1e3:,.1f}", f"{st.exposed_comm_s * 1e3:,.2f}", f"{st.optimizer_s * 1e3:,.2f}",
+        row = [f"{p.gpus}{mark}", str(st.nodes), str(st.grad_accum), _ms(st.step_s), _ms(st.compute_s),
+               _ms(st.exposed_comm_s), _ms(st.optimizer_s),
                f"{p.throughput:,.1f}", f"{p.scaling_efficiency * 100:.1f} %", f"{p.energy.joules_per_sample:.4g}"]
         if work:
             cost = p.cost
@@ -43,6 +43,12 @@ def plan_table(result: Plan) -> Table:
         row.append(p.limit)
         table.add_row(*row)
     return table
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds with three significant figures below 100 ms, one decimal above."""
+    ms = seconds * 1e3
+    return f"{ms:,.1f}" if ms >= 100 else f"{ms:.3g}"
 
 
 def assumptions_text(result: Plan) -> list[str]:
@@ -89,6 +95,8 @@ def write_plot(results: list[Plan], path: Path) -> None:
     for ax, title in zip(axes, ("throughput (samples/s)", "scaling efficiency (%)", "energy per sample (J, model)"),
                          strict=True):
         ax.set_xscale("log", base=2)
+        counts = [p.gpus for p in results[0].predictions]
+        ax.set_xticks(counts, [str(c) for c in counts])
         ax.set_xlabel("GPUs")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)

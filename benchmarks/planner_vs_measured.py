@@ -1,0 +1,499 @@
+"""The planner against step times measured on this machine: one node of 2 gloo processes, and two "nodes".
+
+Calibration is one run of 1 worker (``dtpo train --workers 1``) and the links' alpha-beta fits, nothing else.
+Then it measures and predicts:
+
+* **one node, 2 processes** (``dtpo train --workers 2``), the intra-node link being the loopback, fitted from
+  ``python -m dtpo.dist.link_probe`` on 2 local processes;
+* **two nodes, 1 process each**: two network namespaces joined by a veth pair, each end shaped with a ``tc``
+  token bucket at each ``--rates`` rate; workers started by ``torch.distributed.run`` in each namespace
+  (static rendezvous at 10.77.0.1), the link fitted from ``link_probe`` across the namespaces at that rate.
+
+Every worker computes on one thread (``--threads-per-worker 1``, ``OMP_NUM_THREADS=1``), so one worker alone
+computes like one of two (this machine has 2 cores). Each configuration is predicted with
+:func:`dtpo.plan.predict.plan` on a :class:`~dtpo.plan.step_model.Fabric` of the fitted links, calibrated on
+the 1-worker run. The table compares the median step time over rank 0's measured steps, and exposed
+communication (the record's ``comm_exposed_s``, else ``tail_s``), with the prediction. A/A lines repeat the
+1-worker run and the one-node run and show the run-to-run noise.
+
+Goal (exit 1 when missed): the predicted step time within ``--tolerance`` (10 %) of the measured one for every
+configuration. Needs root, ``ip netns`` and ``tc`` for the two-node part (``--skip-two-nodes`` leaves it out).
+Bad flags: one line on stderr, exit 2.
+
+Usage: ``python benchmarks/planner_vs_measured.py [--steps 60] [--warmup 5] [--batch-size 128]
+[--rates 1gbit,200mbit] [--out-dir DIR]``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench_cli import OneLineParser, bad_flag
+from rich.console import Console
+from rich.table import Table
+
+from dtpo.core.config import EnergyConfig, LaunchConfig, RunConfig, SessionConfig, WorkloadConfig
+from dtpo.core.errors import ConfigError, first_line
+from dtpo.plan.interconnect import find_link
+from dtpo.plan.link_fit import AlphaBetaFit, fit_alpha_beta
+from dtpo.plan.predict import plan
+from dtpo.plan.scenario import Scenario
+from dtpo.plan.step_model import Fabric, StepTime
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = ROOT / ".venv" / "bin"
+PYTHON = str(VENV_BIN / "python") if (VENV_BIN / "python").exists() else sys.executable
+DTPO = [str(VENV_BIN / "dtpo")] if (VENV_BIN / "dtpo").exists() else [PYTHON, "-m", "dtpo"]
+
+NS_A, NS_B = "dtpoA", "dtpoB"
+DEV_A, DEV_B = "vA", "vB"
+ADDR_A, ADDR_B = "10.77.0.1", "10.77.0.2"
+FIRST_PORT = 29533
+RUN_TIMEOUT_S = 600
+DEFAULT_SIZES = "4096,65536,262144,1048576,4194304,16777216"
+
+
+# ------------------------------------------------------------------------------------------- measurements
+
+
+@dataclass(frozen=True)
+class Measured:
+    """Medians over rank 0's measured steps of one run.
+
+    Attributes:
+        run_dir: The run's directory.
+        workers: Ranks in the run.
+        step_s: Step time.
+        compute_s: Forward and backward up to the last gradient.
+        exposed_s: Exposed communication (``comm_exposed_s``, else ``tail_s``; 0 alone).
+        optimizer_s: Optimizer step.
+        sync_wait_s: Wait for the slower rank (``None`` when not recorded).
+        gradient_bytes: The model's gradient bytes.
+        steps: Measured steps.
+    """
+
+    run_dir: Path
+    workers: int
+    step_s: float
+    compute_s: float
+    exposed_s: float
+    optimizer_s: float
+    sync_wait_s: float | None
+    gradient_bytes: int
+    steps: int
+
+
+def read_run(run_dir: Path) -> Measured:
+    """Medians of rank 0's measured steps in ``run_dir/record.json``.
+
+    Raises:
+        RuntimeError: No record, or no measured steps in it.
+    """
+    path = run_dir / "record.json"
+    if not path.is_file():
+        raise RuntimeError(f"{run_dir} has no record.json (see the logs there)")
+    record = json.loads(path.read_text())
+    ranks = sorted(record.get("ranks") or [], key=lambda r: r.get("rank", 0))
+    steps = [s for s in (ranks[0].get("steps") or []) if not s.get("warmup")] if ranks else []
+    if not steps:
+        raise RuntimeError(f"{path} has no measured steps")
+    model = next((r.get("model") for r in ranks if r.get("model")), None) or {}
+
+    def median(key: str, fallback: str | None = None) -> float | None:
+        values = [s.get(key) if s.get(key) is not None else (s.get(fallback) if fallback else None) for s in steps]
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    return Measured(run_dir=run_dir, workers=len(ranks), step_s=median("step_s") or 0.0,
+                    compute_s=median("compute_s") or 0.0, exposed_s=median("comm_exposed_s", "tail_s") or 0.0,
+                    optimizer_s=median("optimizer_s") or 0.0, sync_wait_s=median("sync_wait_s"),
+                    gradient_bytes=int(model.get("gradient_bytes") or 0), steps=len(steps))
+
+
+def _tail(path: Path, lines: int = 8) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(text[-lines:])
+
+
+def _fresh(run_dir: Path) -> Path:
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    return run_dir
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **extra)
+    for name in ("DTPO_RUN_DIR", "DTPO_CONFIG", "DTPO_LAUNCHED", "DTPO_RUN_POINTER"):
+        env.pop(name, None)
+    return env
+
+
+def run_logged(cmd: Sequence[str], log: Path, timeout: float = RUN_TIMEOUT_S, env: dict[str, str] | None = None,
+               ) -> None:
+    """Run ``cmd`` with its output in ``log``.
+
+    Raises:
+        RuntimeError: It failed or ran past ``timeout``.
+    """
+    with log.open("w") as out:
+        try:
+            done = subprocess.run(list(cmd), stdout=out, stderr=subprocess.STDOUT, env=env or _env(), timeout=timeout,
+                                  cwd=ROOT)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"{' '.join(cmd[:6])} ... ran past {timeout:.0f} s (log: {log})") from None
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:6])} ... exited {done.returncode}: {_tail(log, 3)} (log: {log})")
+
+
+def run_pair(commands: Sequence[tuple[str, Sequence[str], dict[str, str]]], logs: Sequence[Path],
+             timeout: float = RUN_TIMEOUT_S) -> None:
+    """Run one command in each namespace at once (``(namespace, argv, env)``); wait for both.
+
+    Raises:
+        RuntimeError: One failed or they ran past ``timeout`` (both are then stopped).
+    """
+    procs: list[subprocess.Popen[bytes]] = []
+    handles = []
+    try:
+        for (ns, cmd, env), log in zip(commands, logs, strict=True):
+            handle = log.open("w")
+            handles.append(handle)
+            procs.append(subprocess.Popen(["ip", "netns", "exec", ns, *cmd], stdout=handle,
+                                          stderr=subprocess.STDOUT, env=env, cwd=ROOT))
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"the two-namespace run ran past {timeout:.0f} s (logs: {logs[0].parent})") from None
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for handle in handles:
+            handle.close()
+    bad = [(proc.returncode, log) for proc, log in zip(procs, logs, strict=True) if proc.returncode != 0]
+    if bad:
+        code, log = bad[0]
+        raise RuntimeError(f"a namespace worker exited {code}: {_tail(log, 3)} (log: {log})")
+
+
+# ------------------------------------------------------------------------------------------- the runs
+
+
+@dataclass
+class Settings:
+    """What every run shares."""
+
+    workload: str
+    steps: int
+    warmup: int
+    batch_size: int
+    sizes: str
+    repeats: int
+    out: Path
+    port: int = FIRST_PORT
+    log: list[str] = field(default_factory=list)
+
+    def next_port(self) -> int:
+        """A fresh rendezvous port for each two-namespace launch (no TIME_WAIT clashes)."""
+        self.port += 1
+        return self.port
+
+
+def train_local(s: Settings, name: str, workers: int) -> Measured:
+    """``dtpo train`` of the workload on ``workers`` local processes, one thread each."""
+    run_dir = _fresh(s.out / name)
+    run_logged([*DTPO, "train", "--workload", s.workload, "--steps", str(s.steps), "--batch-size", str(s.batch_size),
+                "--warmup-steps", str(s.warmup), "--threads-per-worker", "1", "--workers", str(workers),
+                "--no-energy", "--no-count-flops", "--run-dir", str(run_dir), "--overwrite"],
+               s.out / f"{name}.log")
+    return read_run(run_dir)
+
+
+def probe_local(s: Settings, name: str) -> list[tuple[int, int, float]]:
+    """All-reduce timings between 2 local processes (the loopback)."""
+    out = s.out / f"{name}.json"
+    out.unlink(missing_ok=True)
+    run_logged([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
+                "dtpo.dist.link_probe", "--sizes", s.sizes, "--repeats", str(s.repeats), "--out", str(out)],
+               s.out / f"{name}.log")
+    return [tuple(x) for x in json.loads(out.read_text())["samples"]]  # type: ignore[misc]
+
+
+def _ns_commands(s: Settings, module_args: Sequence[str]) -> list[tuple[str, list[str], dict[str, str]]]:
+    port = str(s.next_port())
+    commands = []
+    for node, (ns, dev) in enumerate(((NS_A, DEV_A), (NS_B, DEV_B))):
+        cmd = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node",
+               "1", "--master-addr", ADDR_A, "--master-port", port, "-m", *module_args]
+        commands.append((ns, cmd, _env(GLOO_SOCKET_IFNAME=dev, TP_SOCKET_IFNAME=dev)))
+    return commands
+
+
+def probe_netns(s: Settings, name: str) -> list[tuple[int, int, float]]:
+    """All-reduce timings between one process in each namespace (the shaped veth)."""
+    out = s.out / f"{name}.json"
+    out.unlink(missing_ok=True)
+    run_pair(_ns_commands(s, ["dtpo.dist.link_probe", "--sizes", s.sizes, "--repeats", str(s.repeats),
+                              "--out", str(out)]), [s.out / f"{name}-A.log", s.out / f"{name}-B.log"])
+    return [tuple(x) for x in json.loads(out.read_text())["samples"]]  # type: ignore[misc]
+
+
+def train_netns(s: Settings, name: str) -> Measured:
+    """The workload on one process in each namespace, through ``torch.distributed.run`` and
+    ``dtpo.examples.train`` reading a RunConfig file."""
+    run_dir = _fresh(s.out / name)
+    config = RunConfig(workload=WorkloadConfig(name=s.workload, steps=s.steps, batch_size=s.batch_size),
+                       session=SessionConfig(warmup_steps=s.warmup, count_flops=False),
+                       energy=EnergyConfig(enabled=False),
+                       launch=LaunchConfig(workers=1, threads_per_worker=1, run_dir=str(run_dir), overwrite=True))
+    path = config.save(s.out / f"{name}.config.json")
+    run_pair(_ns_commands(s, ["dtpo.examples.train", str(path)]), [s.out / f"{name}-A.log", s.out / f"{name}-B.log"])
+    return read_run(run_dir)
+
+
+# ------------------------------------------------------------------------------------------- namespaces
+
+
+def sh(*cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a system command (``ip``, ``tc``), raising RuntimeError with its stderr when ``check`` and it fails."""
+    done = subprocess.run(list(cmd), capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {first_line(done.stderr) or f'exit {done.returncode}'}")
+    return done
+
+
+def netns_down() -> None:
+    """Delete the namespaces (and with them the veth pair); quiet when there are none."""
+    for ns in (NS_A, NS_B):
+        sh("ip", "netns", "del", ns, check=False)
+    sh("ip", "link", "del", DEV_A, check=False)
+
+
+def netns_up(rate: str) -> None:
+    """Two namespaces joined by a veth pair, 10.77.0.1 and .2, each end shaped to ``rate``."""
+    netns_down()
+    sh("ip", "netns", "add", NS_A)
+    sh("ip", "netns", "add", NS_B)
+    sh("ip", "link", "add", DEV_A, "type", "veth", "peer", "name", DEV_B)
+    for ns, dev, addr in ((NS_A, DEV_A, ADDR_A), (NS_B, DEV_B, ADDR_B)):
+        sh("ip", "link", "set", dev, "netns", ns)
+        sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{addr}/24", "dev", dev)
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", dev, "up")
+        sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+    shape(rate, add=True)
+
+
+def shape(rate: str, add: bool = False) -> None:
+    """Token-bucket shaping of both veth ends at ``rate`` (a tc rate: 1gbit, 200mbit)."""
+    for ns, dev in ((NS_A, DEV_A), (NS_B, DEV_B)):
+        sh("ip", "netns", "exec", ns, "tc", "qdisc", "add" if add else "replace", "dev", dev, "root", "tbf", "rate",
+           rate, "burst", "256kb", "latency", "50ms")
+
+
+# ------------------------------------------------------------------------------------------- prediction
+
+
+def predict(calibration: Path, gpus_per_node: int, batch: int, gradient_bytes: int, intra: AlphaBetaFit,
+            inter: AlphaBetaFit) -> StepTime:
+    """The planner's step at 2 workers, ``gpus_per_node`` of them per node, calibrated on the 1-worker run."""
+    scenario = Scenario.from_dict({
+        "gpu": "cpu", "gpu_counts": [1, 2], "gpus_per_node": gpus_per_node, "per_gpu_batch": batch,
+        "intra_link": "loopback", "inter_link": "eth-25g-tcp", "nics_per_node": 1, "precision": "32-true",
+        "model": {"gradient_bytes": gradient_bytes}, "baseline": {"run_dir": str(calibration)},
+        "power": {"busy_power_w": 10.0}}, where="measured")
+    fabric = Fabric(find_link("loopback"), find_link("eth-25g-tcp"), 1, intra.link_cost(), inter.link_cost())
+    result = plan(scenario, fabric=fabric)
+    return next(p.step for p in result.predictions if p.gpus == 2)
+
+
+def predict_alone(calibration: Path, batch: int, gradient_bytes: int, fit: AlphaBetaFit) -> StepTime:
+    """The planner's step of 1 worker (the calibration run's own figures)."""
+    scenario = Scenario.from_dict({
+        "gpu": "cpu", "gpu_counts": [1], "gpus_per_node": 1, "per_gpu_batch": batch, "intra_link": "loopback",
+        "inter_link": "eth-25g-tcp", "nics_per_node": 1, "precision": "32-true",
+        "model": {"gradient_bytes": gradient_bytes}, "baseline": {"run_dir": str(calibration)},
+        "power": {"busy_power_w": 10.0}}, where="measured")
+    fabric = Fabric(find_link("loopback"), find_link("eth-25g-tcp"), 1, fit.link_cost(), fit.link_cost())
+    return plan(scenario, fabric=fabric).predictions[0].step
+
+
+# ------------------------------------------------------------------------------------------- report
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x * 1e3:.1f}"
+
+
+def _rel(pred: float, meas: float) -> float:
+    return (pred - meas) / meas if meas > 0 else float("inf")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table."""
+
+    name: str
+    measured: Measured
+    predicted: StepTime | None
+    reference: Measured | None = None  # A/A: the run this one repeats
+    goal: bool = True
+
+
+def report(console: Console, rows: list[Row], fits: list[tuple[str, AlphaBetaFit]], tolerance: float,
+           s: Settings) -> bool:
+    """Print the link fits and the comparison; True when every goal row is within ``tolerance``."""
+    links = Table(title="Links fitted from link_probe (ring all-reduce, 2 ranks: t = 2 alpha + n / B)")
+    for col in ("link", "alpha (us)", "B (MB/s)", "rel. rms resid.", "samples", "note"):
+        links.add_column(col, justify="left" if col in ("link", "note") else "right")
+    for name, fit in fits:
+        links.add_row(name, f"{fit.alpha_s * 1e6:.0f}", f"{fit.bandwidth_Bps / 1e6:.0f}",
+                      f"{fit.residual_rms_rel:.1%}", str(fit.points), fit.note)
+    console.print(links)
+    table = Table(title=f"Planner vs measured: {s.workload}, batch {s.batch_size}/worker, {s.steps} steps "
+                        f"({s.warmup} warm-up), rank 0 medians, ms")
+    for col in ("configuration", "step meas", "step pred", "err", "exposed meas", "exposed pred", "comm pred",
+                "compute meas", "compute pred", "optim meas", "optim pred", "sync wait"):
+        table.add_column(col, justify="left" if col == "configuration" else "right")
+    met = True
+    for row in rows:
+        m, p = row.measured, row.predicted
+        if row.reference is not None:
+            ref = row.reference
+            table.add_row(f"A/A: {row.name}", _ms(m.step_s), f"{_ms(ref.step_s)} (A)",
+                          f"{_rel(m.step_s, ref.step_s):+.1%}", _ms(m.exposed_s), f"{_ms(ref.exposed_s)} (A)", "",
+                          _ms(m.compute_s), f"{_ms(ref.compute_s)} (A)", _ms(m.optimizer_s),
+                          f"{_ms(ref.optimizer_s)} (A)", _ms(m.sync_wait_s), style="dim")
+            continue
+        assert p is not None
+        err = _rel(p.step_s, m.step_s)
+        ok = abs(err) <= tolerance
+        if row.goal:
+            met &= ok
+        mark = "" if not row.goal else (" ok" if ok else " MISS")
+        table.add_row(row.name, _ms(m.step_s), _ms(p.step_s), f"{err:+.1%}{mark}", _ms(m.exposed_s),
+                      _ms(p.exposed_comm_s), _ms(p.comm_s), _ms(m.compute_s), _ms(p.compute_s), _ms(m.optimizer_s),
+                      _ms(p.optimizer_s), _ms(m.sync_wait_s))
+    console.print(table)
+    console.print(f"goal: predicted step within {tolerance:.0%} of measured for every configuration: "
+                  f"{'[green]met[/]' if met else '[red]missed[/]'}")
+    return met
+
+
+# ------------------------------------------------------------------------------------------- main
+
+
+def parse(argv: Sequence[str] | None) -> Any:
+    """The command line (one line on stderr and exit 2 for a bad flag)."""
+    parser = OneLineParser(prog="planner_vs_measured.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", default="mlp", choices=("mlp", "lm", "cnn"))
+    parser.add_argument("--steps", type=int, default=60, help="optimizer steps per run, warm-up included")
+    parser.add_argument("--warmup", type=int, default=5, help="warm-up steps left out of the medians")
+    parser.add_argument("--batch-size", type=int, default=128, help="micro-batch per worker")
+    parser.add_argument("--rates", default="1gbit,200mbit", help="tc rates of the veth link, comma-separated")
+    parser.add_argument("--sizes", default=DEFAULT_SIZES, help="all-reduce sizes link_probe times, in bytes")
+    parser.add_argument("--repeats", type=int, default=7, help="timed all-reduces per size")
+    parser.add_argument("--tolerance", type=float, default=0.10, help="allowed relative step-time error")
+    parser.add_argument("--skip-two-nodes", action="store_true", help="leave out the network-namespace part")
+    parser.add_argument("--out-dir", default=None, help="where runs, logs and results go "
+                                                        "(default: runs/bench-planner-vs-measured)")
+    args = parser.parse_args(argv)
+    if args.steps < 2 or args.warmup < 0 or args.steps <= args.warmup:
+        bad_flag(parser.prog, f"--steps ({args.steps}) must exceed --warmup ({args.warmup}) >= 0")
+    if args.batch_size < 1 or args.repeats < 1:
+        bad_flag(parser.prog, "--batch-size and --repeats must be >= 1")
+    if not 0 < args.tolerance < 1:
+        bad_flag(parser.prog, f"--tolerance must be in (0, 1), got {args.tolerance}")
+    args.rate_list = [r.strip() for r in args.rates.split(",") if r.strip()]
+    if not args.skip_two_nodes and not args.rate_list:
+        bad_flag(parser.prog, "--rates names no rate")
+    if not args.skip_two_nodes and (os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc")):
+        bad_flag(parser.prog, "the two-node part needs root, ip and tc; pass --skip-two-nodes")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every configuration, predict it, print the table; 0 when the goal is met, 1 when not."""
+    args = parse(argv)
+    out = Path(args.out_dir or ROOT / "runs" / "bench-planner-vs-measured").absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    s = Settings(args.workload, args.steps, args.warmup, args.batch_size, args.sizes, args.repeats, out)
+    console = Console(width=max(Console().width, 160))
+    started = time.monotonic()
+
+    def say(text: str) -> None:
+        console.print(f"[dim]{time.monotonic() - started:6.1f} s[/] {text}")
+
+    try:
+        say("calibration: 1 worker")
+        cal = train_local(s, "cal-1w", 1)
+        say(f"  step {_ms(cal.step_s)} ms, compute {_ms(cal.compute_s)} ms, gradient {cal.gradient_bytes:,} B")
+        say("A/A: 1 worker again")
+        cal_aa = train_local(s, "cal-1w-aa", 1)
+        say("loopback link: link_probe on 2 local processes")
+        loop_fit = fit_alpha_beta(probe_local(s, "probe-loopback"))
+        say("one node: 2 workers")
+        one = train_local(s, "node1-2w", 2)
+        say("A/A: one node again")
+        one_aa = train_local(s, "node1-2w-aa", 2)
+        fits = [("loopback (2 local processes)", loop_fit)]
+        rows = [Row("1 worker (A/A run, from calibration)", cal_aa,
+                    predict_alone(cal.run_dir, s.batch_size, cal.gradient_bytes, loop_fit)),
+                Row("1 node x 2 procs, loopback", one,
+                    predict(cal.run_dir, 2, s.batch_size, cal.gradient_bytes, loop_fit, loop_fit)),
+                Row("1 node x 2 procs, loopback", one_aa, None, reference=one, goal=False),
+                Row("1 worker", cal_aa, None, reference=cal, goal=False)]
+        if not args.skip_two_nodes:
+            try:
+                for i, rate in enumerate(args.rate_list):
+                    if i == 0:
+                        say(f"two namespaces, veth shaped at {rate}")
+                        netns_up(rate)
+                    else:
+                        say(f"veth reshaped at {rate}")
+                        shape(rate)
+                    fit = fit_alpha_beta(probe_netns(s, f"probe-veth-{rate}"))
+                    fits.append((f"veth {rate} (2 namespaces)", fit))
+                    say(f"  fit: alpha {fit.alpha_s * 1e6:.0f} us, {fit.bandwidth_Bps / 1e6:.0f} MB/s; training")
+                    two = train_netns(s, f"node2-{rate}")
+                    rows.insert(-2, Row(f"2 nodes x 1 proc, veth {rate}", two,
+                                        predict(cal.run_dir, 1, s.batch_size, cal.gradient_bytes, loop_fit, fit)))
+            finally:
+                netns_down()
+    except (RuntimeError, ConfigError, OSError) as exc:
+        console.print(f"[red]benchmark failed:[/] {exc}")
+        return 1
+    say("done")
+    met = report(console, rows, fits, args.tolerance, s)
+    results = {"settings": vars(args), "fits": {name: vars(fit) for name, fit in fits},
+               "rows": [{"name": r.name, "aa": r.reference is not None, "measured": vars(r.measured),
+                         "predicted": None if r.predicted is None else {**vars(r.predicted),
+                                                                         "step_s": r.predicted.step_s}}
+                        for r in rows]}
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    console.print(f"runs, logs and results.json in {out}")
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
