@@ -73,6 +73,8 @@ def job_tuning_table(record: RunRecord, estimated: bool) -> Table | None:
     for rej in report.get("rejected", []):
         table.add_row(escape(rej.get("label") or setting_label(rej)), "0", "-", "-", "-",
                       escape(_guard_text(rej)), "rejected before training")
+    for what, why in (report.get("screened") or {}).items():
+        table.add_row(escape(what), "0", "-", "-", "-", "-", escape(f"not searched: {why}"))
     return table
 
 
