@@ -15,8 +15,9 @@ Every worker computes on one thread (``--threads-per-worker 1``, ``OMP_NUM_THREA
 computes like one of two (this machine has 2 cores). Each configuration is predicted with
 :func:`dtpo.plan.predict.plan` on a :class:`~dtpo.plan.step_model.Fabric` of the fitted links, calibrated on
 the 1-worker run. The table compares the median step time over rank 0's measured steps, and exposed
-communication (the record's ``comm_exposed_s``, else ``tail_s``), with the prediction. A/A lines repeat the
-1-worker run and the one-node run and show the run-to-run noise.
+communication (the record's ``comm_exposed_s``, else ``tail_s``), with the prediction; ``steal`` is the share
+of CPU time the hypervisor took during the run (/proc/stat), a cause of noise on a shared VM. A/A lines repeat
+the 1-worker run and the one-node run and show the run-to-run noise.
 
 Goal (exit 1 when missed): the predicted step time within ``--tolerance`` (10 %) of the measured one for every
 configuration. Needs root, ``ip netns`` and ``tc`` for the two-node part (``--skip-two-nodes`` leaves it out).
@@ -36,7 +37,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ class Measured:
         sync_wait_s: Wait for the slower rank (``None`` when not recorded).
         gradient_bytes: The model's gradient bytes.
         steps: Measured steps.
+        steal: Share of the machine's CPU time the hypervisor took (steal) while the run ran, if known.
     """
 
     run_dir: Path
@@ -97,6 +99,23 @@ class Measured:
     sync_wait_s: float | None
     gradient_bytes: int
     steps: int
+    steal: float | None = None
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """``(steal, total)`` CPU ticks of the machine from /proc/stat (``None`` where there is none)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """Steal ticks over all ticks between two :func:`cpu_ticks` readings."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
 
 
 def read_run(run_dir: Path) -> Measured:
@@ -230,11 +249,12 @@ class Settings:
 def train_local(s: Settings, name: str, workers: int) -> Measured:
     """``dtpo train`` of the workload on ``workers`` local processes, one thread each."""
     run_dir = _fresh(s.out / name)
+    before = cpu_ticks()
     run_logged([*DTPO, "train", "--workload", s.workload, "--steps", str(s.steps), "--batch-size", str(s.batch_size),
                 "--warmup-steps", str(s.warmup), "--threads-per-worker", "1", "--workers", str(workers),
                 "--no-energy", "--no-count-flops", "--run-dir", str(run_dir), "--overwrite"],
                s.out / f"{name}.log")
-    return read_run(run_dir)
+    return replace(read_run(run_dir), steal=steal_share(before, cpu_ticks()))
 
 
 def probe_local(s: Settings, name: str) -> list[tuple[int, int, float]]:
@@ -275,8 +295,9 @@ def train_netns(s: Settings, name: str) -> Measured:
                        energy=EnergyConfig(enabled=False),
                        launch=LaunchConfig(workers=1, threads_per_worker=1, run_dir=str(run_dir), overwrite=True))
     path = config.save(s.out / f"{name}.config.json")
+    before = cpu_ticks()
     run_pair(_ns_commands(s, ["dtpo.examples.train", str(path)]), [s.out / f"{name}-A.log", s.out / f"{name}-B.log"])
-    return read_run(run_dir)
+    return replace(read_run(run_dir), steal=steal_share(before, cpu_ticks()))
 
 
 # ------------------------------------------------------------------------------------------- namespaces
@@ -352,6 +373,10 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{x * 1e3:.1f}"
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
 def _rel(pred: float, meas: float) -> float:
     return (pred - meas) / meas if meas > 0 else float("inf")
 
@@ -380,7 +405,7 @@ def report(console: Console, rows: list[Row], fits: list[tuple[str, AlphaBetaFit
     table = Table(title=f"Planner vs measured: {s.workload}, batch {s.batch_size}/worker, {s.steps} steps "
                         f"({s.warmup} warm-up), rank 0 medians, ms")
     for col in ("configuration", "step meas", "step pred", "err", "exposed meas", "exposed pred", "comm pred",
-                "compute meas", "compute pred", "optim meas", "optim pred", "sync wait"):
+                "compute meas", "compute pred", "optim meas", "optim pred", "sync wait", "steal"):
         table.add_column(col, justify="left" if col == "configuration" else "right", no_wrap=True)
     met = True
     for row in rows:
@@ -390,7 +415,7 @@ def report(console: Console, rows: list[Row], fits: list[tuple[str, AlphaBetaFit
             table.add_row(f"A/A: {row.name}", _ms(m.step_s), f"{_ms(ref.step_s)} (A)",
                           f"{_rel(m.step_s, ref.step_s):+.1%}", _ms(m.exposed_s), f"{_ms(ref.exposed_s)} (A)", "",
                           _ms(m.compute_s), f"{_ms(ref.compute_s)} (A)", _ms(m.optimizer_s),
-                          f"{_ms(ref.optimizer_s)} (A)", _ms(m.sync_wait_s), style="dim")
+                          f"{_ms(ref.optimizer_s)} (A)", _ms(m.sync_wait_s), _pct(m.steal), style="dim")
             continue
         assert p is not None
         err = _rel(p.step_s, m.step_s)
@@ -400,7 +425,7 @@ def report(console: Console, rows: list[Row], fits: list[tuple[str, AlphaBetaFit
         mark = "" if not row.goal else (" ok" if ok else " MISS")
         table.add_row(row.name, _ms(m.step_s), _ms(p.step_s), f"{err:+.1%}{mark}", _ms(m.exposed_s),
                       _ms(p.exposed_comm_s), _ms(p.comm_s), _ms(m.compute_s), _ms(p.compute_s), _ms(m.optimizer_s),
-                      _ms(p.optimizer_s), _ms(m.sync_wait_s))
+                      _ms(p.optimizer_s), _ms(m.sync_wait_s), _pct(m.steal))
     console.print(table)
     console.print(f"goal: predicted step within {tolerance:.0%} of measured for every configuration: "
                   f"{'[green]met[/]' if met else '[red]missed[/]'}")
