@@ -79,3 +79,15 @@ def test_ddp_buckets_feed_the_overlap_model() -> None:
     assert ready[0] == pytest.approx(0.1 / 100) and ready[-1] == 0.1
     assert sum(comm) == pytest.approx(0.05)
     assert 0 < exposed_comm(ready, comm) < 0.05
+
+
+def test_ddp_packs_whole_tensors_into_its_buckets() -> None:
+    from dtpo.plan.overlap import ddp_tensor_buckets
+
+    mib = 1024 * 1024
+    # backward order: a 4 MiB weight closes the 1 MiB first bucket alone; the rest fill 25 MiB buckets
+    assert ddp_tensor_buckets([4 * mib, 4096, 10 * mib, 20 * mib, 8 * mib]) == [4 * mib, 4096 + 30 * mib, 8 * mib]
+    assert ddp_tensor_buckets([100, 200]) == [300]
+    assert ddp_tensor_buckets([]) == []
+    with pytest.raises(ValueError, match="bytes"):
+        ddp_tensor_buckets([-1])

@@ -147,3 +147,29 @@ def ddp_bucket_sizes(total_bytes: int, cap_bytes: int = DDP_BUCKET_CAP_BYTES,
         sizes.append(min(left, cap))
         left -= sizes[-1]
     return sizes
+
+
+def ddp_tensor_buckets(tensor_bytes: Sequence[int], cap_bytes: int = DDP_BUCKET_CAP_BYTES,
+                       first_cap_bytes: int = DDP_FIRST_BUCKET_BYTES) -> list[int]:
+    """DDP's bucket sizes for gradients of these sizes, given in the order backward produces them (the reverse
+    of ``model.parameters()``), packing whole tensors as DDP does (``compute_bucket_assignment_by_size``): a
+    bucket takes tensors until it reaches its cap (``first_cap_bytes`` for the first, ``cap_bytes`` after), so a
+    tensor larger than the cap makes a bucket of its own.
+
+    Raises:
+        ValueError: A negative size or a cap < 1.
+    """
+    if cap_bytes < 1 or first_cap_bytes < 1:
+        raise ValueError(f"bucket caps must be >= 1 byte, not {cap_bytes!r} and {first_cap_bytes!r}")
+    sizes: list[int] = []
+    current, limit = 0, first_cap_bytes
+    for size in tensor_bytes:
+        if size < 0:
+            raise ValueError(f"a tensor cannot have {size} bytes")
+        current += int(size)
+        if current >= limit:
+            sizes.append(current)
+            current, limit = 0, cap_bytes
+    if current:
+        sizes.append(current)
+    return sizes

@@ -10,9 +10,10 @@ The step of a data-parallel job with ``k`` micro-batches per optimizer step (gra
   runs (the earlier micro-batches run under ``no_sync``). Buckets follow DDP's sizes
   (:func:`~dtpo.plan.overlap.ddp_bucket_sizes`), become ready evenly over that backward, and are sent one after
   another (:func:`~dtpo.plan.overlap.exposed_comm`); what is still on the wire when backward ends is exposed.
-  The all-reduce is hierarchical across nodes (:func:`~dtpo.plan.collectives.all_reduce`, ring or tree,
-  whichever is faster, as NCCL's tuner picks), on the bytes the compression leaves
-  (:func:`~dtpo.plan.collectives.wire_bytes`).
+  With the tensors' shapes (from a dtpo run's record) buckets are packed tensor by tensor as DDP does
+  (:func:`~dtpo.plan.overlap.ddp_tensor_buckets`). The all-reduce is hierarchical across nodes
+  (:func:`~dtpo.plan.collectives.all_reduce`, ring or tree, whichever is faster, as NCCL's tuner picks), on the
+  bytes the compression leaves (:func:`~dtpo.plan.collectives.wire_bytes`).
 * **FSDP** gathers the parameters before each micro-batch's forward and again before its backward, and
   reduce-scatters the gradients after the last one; with prefetching, a micro-batch's gathers overlap its own
   compute, so only what exceeds it is exposed (:func:`~dtpo.plan.collectives.fsdp_step_comm`).
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 from dtpo.plan.collectives import LinkCost, all_reduce, fsdp_step_comm, wire_bytes
 from dtpo.plan.interconnect import Link
-from dtpo.plan.overlap import ddp_bucket_sizes, exposed_comm, uniform_buckets
+from dtpo.plan.overlap import ddp_bucket_sizes, ddp_tensor_buckets, exposed_comm, uniform_buckets
 
 BACKWARD_SHARE = 2.0 / 3.0
 """Share of a micro-batch's forward+backward spent in backward (backward does twice forward's FLOPs)."""
@@ -130,6 +131,18 @@ def optimizer_seconds(parameters: float, memory_bandwidth_Bps: float | None, sha
     return OPTIMIZER_BYTES_PER_PARAM * parameters / shards / memory_bandwidth_Bps
 
 
+def _buckets(job: JobShape, on_wire: float) -> list[int]:
+    """DDP's buckets: packed tensor by tensor when the tensors' shapes are known (from a run record), else split
+    evenly at the caps; scaled to the bytes on the wire (compression shrinks every bucket alike)."""
+    if job.matrix_shapes:
+        per_element = job.gradient_bytes / max(sum(math.prod(s) for s in job.matrix_shapes), 1)
+        tensors = [int(math.prod(s) * per_element) for s in reversed(job.matrix_shapes)]
+        sizes = ddp_tensor_buckets(tensors, cap_bytes=job.bucket_cap_bytes)
+        scale = on_wire / max(sum(sizes), 1)
+        return [max(int(b * scale), 1) for b in sizes]
+    return ddp_bucket_sizes(max(int(on_wire), 1), cap_bytes=job.bucket_cap_bytes)
+
+
 def step_time(gpus: int, gpus_per_node: int, t_micro_s: float, grad_accum: int, optimizer_s: float, job: JobShape,
               fabric: Fabric) -> StepTime:
     """Predict one optimizer step of ``gpus`` GPUs (see the module docs)."""
@@ -151,7 +164,7 @@ def step_time(gpus: int, gpus_per_node: int, t_micro_s: float, grad_accum: int, 
     comm = all_reduce(on_wire, per_node, nodes, fabric.intra_cost, inter, algorithm="auto")
     if not job.overlap:
         return StepTime(gpus, nodes, grad_accum, compute, comm, comm, optimizer_s)
-    sizes = ddp_bucket_sizes(max(int(on_wire), 1), cap_bytes=job.bucket_cap_bytes)
+    sizes = _buckets(job, on_wire)
     backward = BACKWARD_SHARE * t_micro_s
     ready, per_bucket = uniform_buckets(backward, len(sizes), comm, bucket_bytes=sizes)
     exposed = exposed_comm(ready, per_bucket, backward_end_s=backward)
