@@ -201,3 +201,18 @@ def test_a_scenario_with_an_unknown_gpu_names_the_field(tmp_path: Path, capsys: 
                     '[baseline]\ngpus = 8\nthroughput = 10.0\n')
     code, out, err = run_cli(["plan", str(path)], capsys)
     assert code == 2 and "gpu" in err and "Z9000" in err and len(err.strip().splitlines()) == 1
+
+
+def test_plan_from_a_cpu_run_takes_its_power_and_no_node_overhead(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _write_run(tmp_path / "run")
+    code, out, err = run_cli(["plan", "--from-run", str(tmp_path / "run"), "--gpu", "cpu", "--gpu-counts", "2,4",
+                              "--gpus-per-node", "2", "--intra-link", "loopback", "--inter-link", "eth-25g-tcp",
+                              "--nics-per-node", "1", "--json", str(tmp_path / "p.json")], capsys)
+    assert code == 0, out + err
+    assert "busy power 20 W per worker: given" in out  # 400 J over 10 s on 2 workers
+    rows = json.loads((tmp_path / "p.json").read_text())["plans"][0]["predictions"]
+    assert [r["extrapolated"] for r in rows] == [False, True]  # 4 workers span 2 nodes: beyond the run
+    # 20 W for each worker's step and no node overhead: J/sample = 20 W x step / 16 samples per worker (the run's
+    # micro-batch: 32 samples per step in 2 micro-batches)
+    assert rows[0]["joules_per_sample"] == pytest.approx(20.0 * rows[0]["step_s"] / 16, rel=1e-6)

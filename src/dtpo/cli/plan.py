@@ -43,7 +43,12 @@ def _scenario_from_run(run_dir: Path, gpu: str | None, counts: str | None, gpus_
         gpu_counts = [int(c) for c in counts.split(",")]
     except ValueError:
         raise ConfigError(f"--gpu-counts must be comma-separated integers, got {counts!r}") from None
-    return {"gpu": gpu, "gpu_counts": gpu_counts, "gpus_per_node": gpus_per_node, "intra_link": intra,
+    energy = record.get("energy") or {}
+    joules, seconds = (energy.get("energy_j") or {}).get("value"), energy.get("time_s")
+    power: dict[str, float] = {}
+    if joules and seconds and gpu.lower() == "cpu":  # the run's energy already covers the whole node (CPU, DRAM)
+        power = {"busy_power_w": joules / seconds / len(ranks), "node_overhead_w": 0.0}
+    return {"power": power, "gpu": gpu, "gpu_counts": gpu_counts, "gpus_per_node": gpus_per_node, "intra_link": intra,
             "inter_link": inter, "nics_per_node": nics, "per_gpu_batch": micro, "grad_accum": grad_accum,
             "strategy": session.get("strategy", "ddp"), "precision": session.get("precision", "32-true"),
             "model": {"gradient_bytes": int((next((r.get("model") for r in ranks if r.get("model")), None)
