@@ -67,3 +67,11 @@ def test_bench_measures_each_worker_count(tmp_path: Path) -> None:
         record = RunRecord.load(tmp_path / f"workers-{count}")
         assert {r.rank for r in record.ranks} == set(range(count))
         assert record.environment["torch_threads"] == expected[count]
+    # the 2-worker run's link was probed, and the planner fits it
+    samples = json.loads((tmp_path / "workers-2" / "link_probe.json").read_text())["samples"]
+    assert len(samples) == 5 and all(p == 2 and t > 0 for _, p, t in samples)
+    plan = subprocess.run(dtpo_cli("plan", "--from-bench", str(tmp_path), "--gpu", "cpu", "--gpu-counts", "1,2,4",
+                                   "--gpus-per-node", "2", "--intra-link", "loopback", "--inter-link",
+                                   "eth-25g-tcp", "--nics-per-node", "1"), capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0, plan.stderr
+    assert "measured links (alpha-beta fits)" in plan.stdout

@@ -178,13 +178,14 @@ def test_dtpo_plan_prints_the_table_the_assumptions_and_writes_the_plot(tmp_path
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["plan"], "give a scenario file or --from-run"),
+    (["plan"], "give one of: a scenario file, --from-run RUN_DIR, --from-bench BENCH_DIR"),
+    (["plan", "--from-bench", "nowhere", "--gpu", "cpu", "--gpu-counts", "2"], "holds no dtpo bench runs"),
     (["plan", "missing.toml"], "missing.toml"),
     (["plan", str(EXAMPLES / "bert_large_dgx_a100.toml"), "--plot", "x.gif"], "--plot must end in"),
     (["plan", str(EXAMPLES / "bert_large_dgx_a100.toml"), "--deadline", "1", "--budget", "2"], "not both"),
     (["plan", "--from-run", "nowhere", "--gpu", "H100", "--gpu-counts", "8"], "has no record.json"),
     (["plan", "--from-run", "nowhere"], "--from-run needs the target hardware"),
-], ids=["nothing", "missing file", "bad plot", "deadline and budget", "no record", "no hardware"])
+], ids=["nothing", "no bench", "missing file", "bad plot", "deadline and budget", "no record", "no hardware"])
 def test_bad_plan_requests_are_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 from pathlib import Path
 
 import typer
@@ -31,6 +32,29 @@ def parse_worker_counts(text: str) -> list[int]:
         if not 1 <= count <= MAX_WORKERS:
             raise ConfigError(f"--workers counts must be between 1 and {MAX_WORKERS}, got {count}")
     return sorted(set(counts))
+
+
+LINK_PROBE_FILE = "link_probe.json"
+LINK_PROBE_SIZES = "4K,64K,1M,8M,32M"
+
+
+def probe_link(workers: int, out: Path, backend: str | None = None) -> None:
+    """Time all-reduces of several sizes on ``workers`` local processes (``python -m dtpo.dist.link_probe``
+    under torchrun's launcher), for ``dtpo plan --from-bench`` to fit the link's alpha and beta. A failure
+    only costs the fit, with a warning."""
+    import subprocess
+    import sys
+
+    if backend not in (None, "gloo"):
+        log.info("bench: the link probe runs on gloo only; %s links are not probed", backend)
+        return
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
+           "-m", "dtpo.dist.link_probe", "--sizes", LINK_PROBE_SIZES, "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+        log.warning("bench: the link probe on %d workers failed (%s); dtpo plan --from-bench cannot fit this link",
+                    workers, tail[0])
 
 
 def for_worker_count(config: RunConfig, count: int) -> RunConfig:
@@ -67,6 +91,8 @@ def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
         end_run(outcome, record)
         assert record is not None
         records[count] = record
+        if count > 1:
+            probe_link(count, run_dir / LINK_PROBE_FILE, run_config.launch.backend)
     rows = scaling_rows(records)
     for row in rows:
         row["threads_per_worker"] = resolved[row["workers"]].launch.threads_per_worker

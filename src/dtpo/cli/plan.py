@@ -56,10 +56,45 @@ def _scenario_from_run(run_dir: Path, gpu: str | None, counts: str | None, gpus_
             "baseline": {"run_dir": str(run_dir)}}
 
 
+def _bench_inputs(bench_dir: Path) -> tuple[Path, object]:
+    """The smallest worker count's run and the alpha-beta fit of the largest count's link probe."""
+    from dtpo.cli.bench import LINK_PROBE_FILE
+    from dtpo.plan.link_fit import fit_alpha_beta
+
+    runs = sorted((int(p.name.split("-", 1)[1]), p) for p in bench_dir.glob("workers-*")
+                  if p.name.split("-", 1)[1].isdigit() and (p / "record.json").exists())
+    if not runs:
+        raise ConfigError(f"{bench_dir} holds no dtpo bench runs (workers-N/record.json)")
+    probes = [p / LINK_PROBE_FILE for _, p in reversed(runs) if (p / LINK_PROBE_FILE).exists()]
+    if not probes:
+        raise ConfigError(f"{bench_dir} has no link probe (bench with 2 or more workers on gloo writes "
+                          f"workers-N/{LINK_PROBE_FILE})")
+    try:
+        samples = json.loads(probes[0].read_text())["samples"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ConfigError(f"cannot read {probes[0]}: {exc}") from None
+    return runs[0][1], fit_alpha_beta([tuple(s) for s in samples])
+
+
+def _fitted_fabric(fit: object, intra: str, inter: str, nics: int) -> object:
+    """The fabric with the bench's fitted link inside a node (a bench runs on one host)."""
+    from dtpo.plan.interconnect import find_link
+    from dtpo.plan.step_model import Fabric
+
+    intra_link, inter_link = find_link(intra), find_link(inter)
+    base = Fabric.of(intra_link, inter_link, nics)
+    log.info("link fitted from the bench's probe: alpha %.3g s, %.3g GB/s", fit.alpha_s,  # type: ignore[attr-defined]
+             fit.bandwidth_Bps / 1e9)  # type: ignore[attr-defined]
+    return Fabric(intra_link, inter_link, nics, fit.link_cost(), base.inter_cost)  # type: ignore[attr-defined]
+
+
 def plan_command(
     scenario: Annotated[Path | None, typer.Argument(help="Scenario file (.toml or .json).", show_default=False)] = None,
     from_run: Annotated[Path | None, typer.Option("--from-run", help="Plan a measured dtpo run's job (with --gpu "
                                                   "and --gpu-counts).")] = None,
+    from_bench: Annotated[Path | None, typer.Option("--from-bench", help="Plan a dtpo bench's job: compute from its "
+                                                    "smallest run, the link's alpha and beta fitted from its link "
+                                                    "probe (with --gpu cpu and --gpu-counts).")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="Target GPU model for --from-run, e.g. H100.")] = None,
     gpu_counts: Annotated[str | None, typer.Option("--gpu-counts", help="GPU counts for --from-run, e.g. "
                                                    "8,64,512.")] = None,
@@ -84,8 +119,8 @@ def plan_command(
     from dtpo.plan.report import PLOT_SUFFIXES, assumptions_text, plan_dict, plan_table, write_plot
     from dtpo.plan.scenario import Scenario, load_scenario
 
-    if (scenario is None) == (from_run is None):
-        raise ConfigError("give a scenario file or --from-run RUN_DIR (one of the two)")
+    if sum(x is not None for x in (scenario, from_run, from_bench)) != 1:
+        raise ConfigError("give one of: a scenario file, --from-run RUN_DIR, --from-bench BENCH_DIR")
     if deadline is not None and budget is not None:
         raise ConfigError("give --deadline or --budget, not both")
     for name, value in (("--deadline", deadline), ("--budget", budget)):
@@ -93,14 +128,19 @@ def plan_command(
             raise ConfigError(f"{name} must be positive, got {value:g}")
     if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"--plot must end in {', '.join(PLOT_SUFFIXES)}, got {plot.name!r}")
+    fabric = None
     if scenario is not None:
         chosen = load_scenario(scenario)
     else:
-        assert from_run is not None
-        chosen = Scenario.from_dict(_scenario_from_run(from_run, gpu, gpu_counts, gpus_per_node, intra_link,
+        run = from_run
+        if from_bench is not None:
+            run, fit = _bench_inputs(from_bench)
+            fabric = _fitted_fabric(fit, intra_link, inter_link, nics_per_node)
+        assert run is not None
+        chosen = Scenario.from_dict(_scenario_from_run(run, gpu, gpu_counts, gpus_per_node, intra_link,
                                                        inter_link, nics_per_node, grad_accum), where="--from-run")
     others = [find_link(n.strip()).name for n in compare_link.split(",")] if compare_link else []
-    first = plan(chosen)
+    first = plan(chosen, fabric=fabric)
     results = [first, *(plan(chosen, link, first.calibration) for link in others if link != first.fabric.inter.name)]
     console = make_console()
     for result in results:

@@ -102,6 +102,7 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
 
     The calibration is made on the scenario's own fabric (the one its baseline ran on) and reused on another.
     """
+    given = fabric is not None
     own = fabric or fabric_of(scenario)
     calibration = calibration or calibrate(scenario, own)
     if fabric is None:
@@ -131,11 +132,11 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
         predictions.append(Prediction(step, samples, throughput, throughput / step.gpus / base_per_gpu, energy, cost,
                                       limiting_term(step), beyond or calibration.measured_gpus is None))
         notes.extend(a for a in (_COUNTS.sub("", a) for a in energy.assumptions) if a not in notes)
-    link = fabric.inter
-    notes.append(f"links: {fabric.intra.name} inside a node ({fabric.intra.effective_bandwidth_Bps / 1e9:.0f} GB/s "
-                 f"effective, {fabric.intra.latency_s * 1e6:g} us), {link.name} between nodes "
-                 f"({scenario.nics_per_node} x {link.effective_bandwidth_Bps / 1e9:.1f} GB/s effective, "
-                 f"{link.latency_s * 1e6:g} us): catalogue figures ({link.source})")
+    link, intra, inter = fabric.inter, fabric.intra_cost, fabric.inter_cost
+    origin = "measured links (alpha-beta fits) and catalogue" if given else "catalogue figures"
+    notes.append(f"links: {fabric.intra.name} inside a node ({intra.bandwidth_Bps / 1e9:.3g} GB/s, "
+                 f"{intra.alpha_s * 1e6:.3g} us), {link.name} between nodes ({inter.bandwidth_Bps / 1e9:.3g} GB/s "
+                 f"per node, {inter.alpha_s * 1e6:.3g} us): {origin} ({link.source})")
     return Plan(scenario, fabric, calibration, tuple(predictions), tuple(notes))
 
 
