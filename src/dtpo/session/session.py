@@ -55,7 +55,8 @@ from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir, now_iso
 from dtpo.session.mfu import peak_flops
 from dtpo.session.power_tuning import TuneCallback
 from dtpo.session.precision import Precision
-from dtpo.session.probe import MAX_SCALE_RETRIES, ProbeQueue, ProbeRequest
+from dtpo.session.probe import ProbeQueue
+from dtpo.session.probe_steps import ProbeSteps
 from dtpo.session.rebatch import cut_batch, join_batches
 from dtpo.session.step_energy import EnergyCallback
 from dtpo.session.straggler_tuning import StragglerCallback
@@ -86,7 +87,7 @@ class Switch:
     changes_numerics: bool
 
 
-class Session:
+class Session(ProbeSteps):
     """One rank's view of a data-parallel training run.
 
     Args:
@@ -447,86 +448,6 @@ class Session:
             self._cut = cut_batch(join_batches([next(iterator) for _ in range(self._loader_batches)]),
                                   self.grad_accum)
         return self._cut.pop(0)
-
-    # -- probes (the convergence guard's measurements) --------------------------------------------------
-
-    def keep_probe_batch(self) -> None:
-        """Keep a copy of the next micro-batch as the batch every probe runs on."""
-        self._probes.keep_next = True
-
-    def request_probe(self, request: ProbeRequest) -> None:
-        """Run a probe (:mod:`dtpo.session.probe`) before the next optimizer step; every rank must ask for the
-        same probes at the same step. ``request.done`` gets the result."""
-        if request.compression != "none" and self.comm is None:
-            raise ConfigError(f"compression {request.compression!r} needs DDP with more than one process")
-        self._probes.pending.append(request)
-
-    def _run_probes(self) -> Iterator[Any]:
-        """Hand the kept batch to the training loop once per probe pass, each probe in its own setting."""
-        queue = self._probes
-        if queue.batch is None:
-            raise RuntimeError("a probe needs a kept batch: call keep_probe_batch() before training")
-        while queue.pending:
-            request = queue.pending.popleft()
-            saved_precision = self.precision
-            saved_comm = (self.comm.compression, self.comm.powersgd_rank) if self.comm is not None else None
-            self.precision = Precision(request.precision, self.device)
-            if self.comm is not None:
-                self.comm.set_compression(request.compression, request.powersgd_rank,
-                                          error_feedback=request.error_feedback)
-            queue.begin(request)
-            try:
-                done, retries = 0, 0
-                while done < request.passes:
-                    queue.pass_started()
-                    self._probe_state = "batch"
-                    yield queue.batch
-                    if self._probe_state is not None:
-                        raise RuntimeError("call session.backward(loss) and session.step(optimizer) for every "
-                                           "batch from session.batches()")
-                    if queue.retry and retries < MAX_SCALE_RETRIES:
-                        retries += 1
-                        continue
-                    done += 1
-            finally:
-                self._probe_state = None
-                self.precision = saved_precision
-                if self.comm is not None and saved_comm is not None:
-                    self.comm.set_compression("none")  # afresh: a probe must not leave error feedback behind
-                    self.comm.set_compression(*saved_comm)
-            request.done(queue.finish())
-
-    def _finish_probe_pass(self, optimizer: torch.optim.Optimizer) -> None:
-        """The end of a probe pass: take the gradient, update nothing."""
-        assert self._model is not None
-        scaler = self.precision.scaler
-        scale = float(scaler.get_scale()) if scaler is not None else None
-        taken = self._probes.pass_finished([p for p in self._model.parameters() if p.requires_grad], self._loss,
-                                           scale)
-        if not taken:
-            assert scaler is not None and scale is not None
-            scaler.update(scale / 2)
-            self._probes.retry = True
-        optimizer.zero_grad(set_to_none=True)
-        self._loss = None
-        self._probe_state = None
-
-    def set_compression(self, name: str, powersgd_rank: int | None = None, *, error_feedback: bool = True) -> None:
-        """Compress gradients with ``name`` (``none``, ``fp16``, ``bf16``, ``powersgd``) from the next step on.
-
-        Raises:
-            ConfigError: Not a DDP run with several processes, or the backend cannot do it (16-bit floats on MPI).
-        """
-        self._check_between_steps("compression")
-        if self.comm is None:
-            if name == "none":
-                return
-            raise ConfigError(f"compression {name!r} needs DDP with more than one process "
-                              f"(strategy {self.config.strategy}, {self.world_size} process(es))")
-        rank = powersgd_rank or self.config.powersgd_rank
-        self.comm.set_compression(name, powersgd_rank=rank, error_feedback=error_feedback)
-        label = f"powersgd-{rank}" + ("" if error_feedback else "-no-ef") if name == "powersgd" else name
-        self._log_switch("compression", label)
 
     # -- internals ------------------------------------------------------------------------------------
 
