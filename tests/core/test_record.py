@@ -110,7 +110,8 @@ def test_a_v1_record_loads_as_attempt_0_with_typed_figures(tmp_path: Path,
     assert saved["schema"] == "dtpo.run/2" and saved["attempt"] == 0 and saved["restarts"] == []
     assert saved["energy"] == V1_RECORD["energy"] and saved["totals"] == V1_RECORD["totals"]
     assert saved["ranks"][0] == {**V1_RECORD["ranks"][0], "knobs": None, "switches": [], "tuning": None, "slack": None,
-                                 "model": None}
+                                 "model": None,
+                                 "steps": [{**s, "started_at": None} for s in V1_RECORD["ranks"][0]["steps"]]}
 
 
 def test_v2_round_trip_with_restarts_and_energy(tmp_path: Path) -> None:

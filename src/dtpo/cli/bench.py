@@ -9,8 +9,8 @@ from pathlib import Path
 
 import typer
 
+from dtpo.cli.conclude import conclude_run, end_run
 from dtpo.cli.options import config_command
-from dtpo.cli.runs import conclude_run, end_run
 from dtpo.cli.train import launch_training, resolve
 from dtpo.core.config import MAX_WORKERS, RunConfig
 from dtpo.core.errors import ConfigError

@@ -6,7 +6,7 @@ import logging
 
 import typer
 
-from dtpo.cli.runs import conclude_run, end_run
+from dtpo.cli.conclude import conclude_run, end_run
 
 log = logging.getLogger(__name__)
 

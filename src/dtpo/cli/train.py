@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from dtpo.cli.conclude import conclude_run, end_run
 from dtpo.cli.options import config_command
-from dtpo.cli.runs import conclude_run, end_run
 from dtpo.core.config import CONFIG_FILE, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord

@@ -350,9 +350,50 @@ class LaunchConfig(_Section):
         self._bool("overwrite")
 
 
+@dataclass(kw_only=True)
+class TelemetryConfig(_Section):
+    """Where a run shows up besides its record: the run store, live metrics, traces and the HTML report."""
+
+    SECTION: ClassVar[str] = "telemetry"
+
+    store: str | None = field(default=None, metadata=flag("--store"))
+    """SQLite run store every run is registered in (default: runs/dtpo.sqlite in the working directory)."""
+    metrics_addr: str | None = field(default=None, metadata=flag("--metrics-addr"))
+    """Serve live Prometheus metrics at [HOST:]PORT, one endpoint per node (host default 127.0.0.1; port 0
+    picks a free one); default: no endpoint."""
+    trace: bool = field(default=True, metadata=flag("--trace"))
+    """Write RUN_DIR/trace/rank*.json and merged.json (Chrome trace events: open in Perfetto)."""
+    report: bool = field(default=True, metadata=flag("--report"))
+    """Write RUN_DIR/report.html (plots of the run, self-contained) when the run ends."""
+
+    def __post_init__(self) -> None:
+        self._check_type("store", str, True)
+        if self.store is not None and not self.store.strip():
+            raise self._fail("store", "must name a file, got an empty string")
+        self._check_type("metrics_addr", str, True)
+        if self.metrics_addr is not None:
+            parse_metrics_addr(self.metrics_addr)
+        self._bool("trace")
+        self._bool("report")
+
+
+def parse_metrics_addr(text: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` or ``PORT`` as (host, port); the host defaults to 127.0.0.1.
+
+    Raises:
+        ConfigError: Not an address with a port from 0 to 65535.
+    """
+    host, _, port = text.strip().rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"telemetry.metrics_addr (--metrics-addr) must be [HOST:]PORT with a port from 0 to "
+                          f"65535, got {text!r}")
+    return host, int(port)
+
+
 SECTIONS: dict[str, type[_Section]] = {
     "workload": WorkloadConfig, "session": SessionConfig, "energy": EnergyConfig, "knobs": KnobConfig,
-    "tune": TuneConfig, "launch": LaunchConfig,
+    "tune": TuneConfig, "launch": LaunchConfig, "telemetry": TelemetryConfig,
 }
 
 
@@ -372,6 +413,8 @@ class RunConfig:
     """GPU knobs tuned while training."""
     launch: LaunchConfig = field(default_factory=LaunchConfig)
     """Local workers and where the record goes."""
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    """Run store, live metrics, traces and report."""
 
     def __post_init__(self) -> None:
         for name, cls in SECTIONS.items():

@@ -56,6 +56,8 @@ class StepRecord:
         sync_wait_s: Time this rank waited for the slowest rank.
         optimizer_s: From backward's return to the end of ``optimizer.step()`` and ``zero_grad()``.
         loss: The mean loss of the step's micro-batches, if the script reported them.
+        started_at: Unix time (seconds, this host's clock) when the step asked for its first micro-batch;
+            what traces and timelines align ranks on. ``None`` in records written before it existed.
     """
 
     step: int
@@ -69,6 +71,7 @@ class StepRecord:
     comm_exposed_s: float | None = None
     sync_wait_s: float | None = None
     loss: float | None = None
+    started_at: float | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> StepRecord:

@@ -8,6 +8,7 @@ see :mod:`dtpo.core.totals`) and optimizer time; they partition the step, so the
 
 from __future__ import annotations
 
+import time
 from typing import Any, Protocol
 
 from dtpo.core.record import StepRecord
@@ -46,6 +47,7 @@ class StepTimer:
     def reset(self) -> None:
         """Forget the current step's marks (after it closed)."""
         self.step_start: Any = None
+        self.started_at: float | None = None
         self.batch_ready: Any = None
         self.backward_end: Any = None
         self.backward_done = False
@@ -59,6 +61,7 @@ class StepTimer:
         start = self.clock.mark()
         if first_micro:
             self.step_start = start
+            self.started_at = time.time()
         self._requested = start
         return start
 
@@ -97,6 +100,7 @@ class StepTimer:
         record = StepRecord(
             step=step, warmup=warmup, samples=self.samples, step_s=secs(self.step_start, end), data_wait_s=data,
             compute_s=compute, tail_s=tail, optimizer_s=secs(self.backward_end, end), loss=loss,
+            started_at=self.started_at,
             comm_exposed_s=None if self.distributed else 0.0, sync_wait_s=None if self.distributed else 0.0)
         self.reset()
         return record
