@@ -117,6 +117,7 @@ def test_the_config_is_data_from_cli_to_worker_to_record_and_reproduces_the_run(
     recorded = {k: v for k, v in record.config.items() if k in ("workload", "session", "energy", "knobs", "launch")}
     assert RunConfig.from_dict(recorded) == written
     assert [s.samples for s in record.ranks[0].steps] == [16] * 4  # 2 micro-batches of 8
+    assert sorted(p.name for p in (first / "trace").iterdir()) == ["merged.json", "rank00000.json"]
     # --config reproduces it; a flag typed on the command line overrides the file.
     second = tmp_path / "second"
     result = subprocess.run(dtpo_cli("train", "--config", str(first / "config.json"), "--steps", "5",
@@ -161,6 +162,7 @@ def test_an_interrupt_ends_in_one_line_and_a_merged_interrupted_record(tmp_path:
     record = RunRecord.load(run_dir)
     assert record.status == "interrupted"
     assert len(record.ranks) == 2 and all(r.steps for r in record.ranks)
+    assert (run_dir / "trace" / "merged.json").is_file()  # an interrupted run's trace is written from its partials
 
 
 @pytest.mark.parametrize("argv, expected", [

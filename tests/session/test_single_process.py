@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -37,3 +38,6 @@ def test_plain_python_runs_one_rank(tmp_path: Path) -> None:
     assert len(steps) == 30 and all(s.samples == 32 for s in steps)  # 2 micro-batches of 16
     assert all(s.sync_wait_s == 0.0 and s.comm_exposed_s == 0.0 for s in steps)
     assert record.totals["loss_last"]["value"] < record.totals["loss_first"]["value"]
+    # Without a dtpo launcher, the process writes its own trace.
+    trace = json.loads((run_dir / "trace" / "merged.json").read_text())
+    assert sum(e["name"].startswith("step ") for e in trace["traceEvents"]) == 30

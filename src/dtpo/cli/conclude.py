@@ -12,6 +12,7 @@ from rich.console import Console
 from dtpo.core.errors import DtpoError, signal_name
 from dtpo.core.record import RECORD_FILE, RunRecord, load_partial_records, partial_attempts
 from dtpo.core.totals import attempt_summary, record_from_partials
+from dtpo.telemetry.artifacts import write_artifacts
 from dtpo.telemetry.summary import make_console, print_summary
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: 
     if record is not None and outcome.restarts:
         add_restarts(record, outcome)
         record.save(outcome.run_dir)
+    if record is not None:
+        write_artifacts(record, outcome.run_dir)
     if record is not None and not quiet:
         print_summary(record, console, record_path=str(path))
     return record

@@ -117,6 +117,10 @@ class Monitor:
         """True if any device's energy is modelled."""
         return any(d.info.estimated for d in self.devices)
 
+    def unix_time(self, t: float) -> float:
+        """The Unix time of a reading taken at ``t`` on this monitor's monotonic clock."""
+        return t + (time.time() - self._clock())
+
     def snapshot(self) -> Snapshot:
         """Read every device now; a device that fails is marked lost and left out from then on."""
         readings: dict[str, float] = {}

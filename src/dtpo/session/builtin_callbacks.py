@@ -1,4 +1,5 @@
-"""The Session's own callbacks besides energy and knobs: progress display and partial-record flushes."""
+"""The Session's own callbacks besides energy and knobs: progress display, partial-record flushes and the
+run's artifacts (traces) when no launcher writes them."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.record import StepRecord
+from dtpo.telemetry.artifacts import write_artifacts
 from dtpo.telemetry.progress import StepProgress
 
 log = logging.getLogger(__name__)
@@ -68,3 +70,21 @@ class FlushCallback(Callback):
         self._last_step = done
         self._last_time = time.monotonic()
 
+
+
+class ArtifactsCallback(Callback):
+    """On rank 0 of a completed run started without ``dtpo launch`` (plain torchrun, or one process): write
+    the run's traces next to its record. Under ``dtpo launch`` the launcher writes them once the record is
+    final (restarts included), so they are not written twice.
+
+    Args:
+        trace: Write ``RUN_DIR/trace/``.
+    """
+
+    def __init__(self, trace: bool) -> None:
+        self.trace = trace
+
+    def on_train_end(self, session: Any, record: Any) -> None:
+        """Write the artifacts of the finished record."""
+        if record is not None:
+            write_artifacts(record, session.run_dir, trace=self.trace)

@@ -45,7 +45,7 @@ from dtpo.devices.discovery import discover
 from dtpo.dist.comm_timing import GradientComm, changes_numerics
 from dtpo.dist.process_group import DistContext, join, leave
 from dtpo.dist.wrap import wrap_model
-from dtpo.session.builtin_callbacks import FlushCallback, ProgressCallback
+from dtpo.session.builtin_callbacks import ArtifactsCallback, FlushCallback, ProgressCallback
 from dtpo.session.clock import clock_for
 from dtpo.session.divergence import check_loss
 from dtpo.session.environment import describe_device, environment
@@ -184,6 +184,8 @@ class Session(ProbeSteps):
         self.energy: EnergyCallback | None = None
         self.callbacks: list[Callback] = self._builtin_callbacks(run_config, progress) + list(callbacks)
         self.callbacks.append(FlushCallback(cfg.flush_every, cfg.warmup_steps))
+        if not os.environ.get("DTPO_LAUNCHED"):  # under dtpo launch, the launcher writes them once final
+            self.callbacks.append(ArtifactsCallback(run_config.telemetry.trace))
         self._listeners: dict[str, list[Any]] = {}
         self._listeners_of: list[Callback] | None = None
         self._listened = 0

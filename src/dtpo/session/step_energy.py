@@ -18,6 +18,7 @@ from dtpo.core.callbacks import Callback, Window
 from dtpo.core.record import RankRecord, rank_record_path
 from dtpo.devices.discovery import Discovery
 from dtpo.energy.monitor import Monitor, Snapshot, WindowMeasurement
+from dtpo.telemetry.trace import TIMELINE_START
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class EnergyCallback(Callback):
         rank_record.energy = self.section()
         rows = self.timeline_rows()
         if rows:
+            rank_record.energy[TIMELINE_START] = self.monitor.unix_time(rows[0]["t"])
             path = rank_record_path(session.run_dir, rank_record.rank, session.record.attempt).with_name(
                 f"power-rank{rank_record.rank:05d}.csv")
             try:
