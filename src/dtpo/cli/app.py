@@ -1,4 +1,4 @@
-"""The ``dtpo`` command: launch, train, bench, monitor, simulate, plan, restore.
+"""The ``dtpo`` command: launch, train, bench, monitor, simulate, plan, report, dashboard, restore.
 
 Errors a user can cause end in one line on stderr and exit code 2, never a traceback; an interrupt ends
 with one line and 130 (SIGINT) or 143 (SIGTERM).
@@ -15,10 +15,12 @@ from typer.exceptions import TyperException
 
 import dtpo
 from dtpo.cli.bench import bench_command
+from dtpo.cli.dashboard import dashboard_command
 from dtpo.cli.launch import HELP as LAUNCH_HELP
 from dtpo.cli.launch import launch_command
 from dtpo.cli.monitor import monitor_command
 from dtpo.cli.plan import plan_command
+from dtpo.cli.report import report_command
 from dtpo.cli.restore import restore_at_start, restore_command
 from dtpo.cli.simulate import simulate_command
 from dtpo.cli.train import train_command
@@ -41,6 +43,8 @@ app.command("monitor", context_settings=CONTEXT)(monitor_command)
 app.command("restore", context_settings=CONTEXT)(restore_command)
 app.command("simulate", context_settings=CONTEXT)(simulate_command)
 app.command("plan", context_settings=CONTEXT)(plan_command)
+app.command("report", context_settings=CONTEXT)(report_command)
+app.command("dashboard", context_settings=CONTEXT)(dashboard_command)
 
 
 

@@ -73,37 +73,21 @@ def plan_dict(result: Plan) -> dict[str, Any]:
 
 
 def write_plot(results: list[Plan], path: Path) -> None:
-    """Throughput, scaling efficiency and J/sample against GPU count, one line per plan (inter-node link).
+    """Throughput, scaling efficiency and J/sample against GPU count, one line per plan (inter-node link), as
+    the HTML report draws them (:func:`dtpo.telemetry.report_curves.draw_plan_curves`).
 
     Raises:
         ConfigError: An unknown file type.
     """
     if path.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"--plot must end in {', '.join(PLOT_SUFFIXES)}, got {path.name!r}")
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from dtpo.telemetry.report_curves import draw_plan_curves
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4), constrained_layout=True)
-    for result in results:
-        gpus = [p.gpus for p in result.predictions]
-        label = result.fabric.inter.name
-        axes[0].plot(gpus, [p.throughput for p in result.predictions], marker="o", label=label)
-        axes[1].plot(gpus, [p.scaling_efficiency * 100 for p in result.predictions], marker="o", label=label)
-        axes[2].plot(gpus, [p.energy.joules_per_sample for p in result.predictions], marker="o", label=label)
-    for ax, title in zip(axes, ("throughput (samples/s)", "scaling efficiency (%)", "energy per sample (J, model)"),
-                         strict=True):
-        ax.set_xscale("log", base=2)
-        counts = [p.gpus for p in results[0].predictions]
-        ax.set_xticks(counts, [str(c) for c in counts])
-        ax.set_xlabel("GPUs")
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-    axes[0].set_yscale("log")
-    axes[0].legend(title="inter-node link")
+    fig = Figure(figsize=(13, 4), layout="constrained")
     s = results[0].scenario
-    fig.suptitle(f"dtpo plan: {s.gpu}, {s.gpus_per_node} per node ({results[0].calibration.source})", fontsize=9)
+    draw_plan_curves(fig, [plan_dict(r) for r in results],
+                     f"dtpo plan: {s.gpu}, {s.gpus_per_node} per node ({results[0].calibration.source})")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
-    plt.close(fig)

@@ -1,5 +1,5 @@
 """The Session's own callbacks besides energy and knobs: progress display, partial-record flushes and the
-run's artifacts (traces) when no launcher writes them."""
+run's artifacts (traces, report) when no launcher writes them."""
 
 from __future__ import annotations
 
@@ -74,17 +74,11 @@ class FlushCallback(Callback):
 
 class ArtifactsCallback(Callback):
     """On rank 0 of a completed run started without ``dtpo launch`` (plain torchrun, or one process): write
-    the run's traces next to its record. Under ``dtpo launch`` the launcher writes them once the record is
-    final (restarts included), so they are not written twice.
-
-    Args:
-        trace: Write ``RUN_DIR/trace/``.
+    the run's traces and report next to its record (as its telemetry configuration says). Under ``dtpo launch``
+    the launcher writes them once the record is final (restarts included), so they are not written twice.
     """
-
-    def __init__(self, trace: bool) -> None:
-        self.trace = trace
 
     def on_train_end(self, session: Any, record: Any) -> None:
         """Write the artifacts of the finished record."""
         if record is not None:
-            write_artifacts(record, session.run_dir, trace=self.trace)
+            write_artifacts(record, session.run_dir)

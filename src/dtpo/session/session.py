@@ -185,7 +185,7 @@ class Session(ProbeSteps):
         self.callbacks: list[Callback] = self._builtin_callbacks(run_config, progress) + list(callbacks)
         self.callbacks.append(FlushCallback(cfg.flush_every, cfg.warmup_steps))
         if not os.environ.get("DTPO_LAUNCHED"):  # under dtpo launch, the launcher writes them once final
-            self.callbacks.append(ArtifactsCallback(run_config.telemetry.trace))
+            self.callbacks.append(ArtifactsCallback())
         self._listeners: dict[str, list[Any]] = {}
         self._listeners_of: list[Callback] | None = None
         self._listened = 0
@@ -480,6 +480,10 @@ class Session(ProbeSteps):
             out.append(self.energy)
         if progress:
             out.append(ProgressCallback())
+        if config.telemetry.metrics_addr is not None:  # after energy and tuners: a window's figures are all in
+            from dtpo.session.metrics_callback import MetricsCallback
+
+            out.append(MetricsCallback(config.telemetry.metrics_addr))
         return out
 
     def _dispatch(self, hook: str, *args: Any) -> None:

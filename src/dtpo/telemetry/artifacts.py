@@ -1,4 +1,4 @@
-"""What is written beside a finished run's record: its traces (and, when asked, its HTML report).
+"""What is written beside a finished run's record: its traces and its HTML report.
 
 One entry point for both writers of a run's end, so they write the same files: the launcher (``dtpo launch``
 and ``dtpo train``, once the record is final, restarts included) and the Session itself on rank 0 when no
@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 
+from dtpo.core.errors import DtpoError
 from dtpo.core.record import RunRecord
 from dtpo.telemetry.trace import write_traces
 
@@ -23,8 +24,14 @@ def telemetry_settings(record: RunRecord) -> dict[str, object]:
     return {"trace": True, "report": True, **(section or {})}
 
 
-def write_artifacts(record: RunRecord, run_dir: str | os.PathLike[str], *, trace: bool | None = None) -> list[Path]:
-    """Write the traces of ``record`` into ``run_dir`` (unless turned off in its configuration).
+REPORT_FILE = "report.html"
+
+
+def write_artifacts(record: RunRecord, run_dir: str | os.PathLike[str], *, trace: bool | None = None,
+                    report: bool | None = None) -> list[Path]:
+    """Write the traces and the HTML report of ``record`` into ``run_dir`` (unless turned off in its
+    configuration, or by ``trace`` / ``report``). The report reads the record from ``run_dir``, so call this
+    after the record was saved there.
 
     Returns:
         The paths written.
@@ -39,4 +46,11 @@ def write_artifacts(record: RunRecord, run_dir: str | os.PathLike[str], *, trace
         else:
             if path is not None:
                 written.append(path)
+    if report if report is not None else settings["report"]:
+        from dtpo.telemetry.report_html import write_report  # matplotlib: only when a report is written
+
+        try:
+            written.append(write_report([Path(run_dir)], Path(run_dir) / REPORT_FILE))
+        except (OSError, ValueError, DtpoError) as exc:
+            log.warning("cannot write the report of %s (%s)", run_dir, exc)
     return written
