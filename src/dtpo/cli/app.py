@@ -1,4 +1,4 @@
-"""The ``dtpo`` command: launch, train, bench, monitor, simulate, plan, report, dashboard, restore.
+"""The ``dtpo`` command: launch, train, bench, monitor, simulate, plan, report, dashboard, runs, restore.
 
 Errors a user can cause end in one line on stderr and exit code 2, never a traceback; an interrupt ends
 with one line and 130 (SIGINT) or 143 (SIGTERM).
@@ -22,6 +22,7 @@ from dtpo.cli.monitor import monitor_command
 from dtpo.cli.plan import plan_command
 from dtpo.cli.report import report_command
 from dtpo.cli.restore import restore_at_start, restore_command
+from dtpo.cli.runs import runs_app
 from dtpo.cli.simulate import simulate_command
 from dtpo.cli.train import train_command
 from dtpo.core.errors import DtpoError, first_line
@@ -45,6 +46,7 @@ app.command("simulate", context_settings=CONTEXT)(simulate_command)
 app.command("plan", context_settings=CONTEXT)(plan_command)
 app.command("report", context_settings=CONTEXT)(report_command)
 app.command("dashboard", context_settings=CONTEXT)(dashboard_command)
+app.add_typer(runs_app, name="runs")
 
 
 
@@ -104,7 +106,11 @@ def main(argv: list[str] | None = None) -> None:
 def build_cli() -> Any:
     """The click command behind the typer app, with on/off flags shown without a ``<bool>`` metavar."""
     command = typer.main.get_command(app)
-    groups = [command, *getattr(command, "commands", {}).values()]
+    groups, pending = [], [command]
+    while pending:  # the app, its commands, and the commands of its groups (dtpo runs ...)
+        group = pending.pop()
+        groups.append(group)
+        pending.extend(getattr(group, "commands", {}).values())
     for group in groups:
         for param in group.params:
             if getattr(param, "is_flag", False) and param.metavar is None:

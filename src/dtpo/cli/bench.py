@@ -11,12 +11,15 @@ import typer
 
 from dtpo.cli.conclude import conclude_run, end_run
 from dtpo.cli.options import config_command
+from dtpo.cli.register import open_store_for, registered
 from dtpo.cli.train import launch_training, resolve
 from dtpo.core.config import MAX_WORKERS, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
 from dtpo.dist.run_dir import prepare_run_dir
 from dtpo.telemetry.scaling import BENCH_SCHEMA, bench_table, scaling_rows
+from dtpo.telemetry.store import check_store_path
+from dtpo.telemetry.store_figures import config_kind
 from dtpo.telemetry.summary import make_console
 
 log = logging.getLogger(__name__)
@@ -75,34 +78,46 @@ def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
 
     Threads per worker are decided for each count (unless the user fixed them), so a 2-worker run does not
     inherit the 1-worker run's threads and oversubscribe the CPU. Returns the bench directory and its rows.
+
+    The run store (``--store``) gets a ``bench`` row for the bench (its figures: every row's, per worker count)
+    and a ``train`` (or ``tune``) row for each worker count's run, whose ``parent`` is the bench's id: each is
+    ``running`` until it ends, then ``completed`` or how it failed.
     """
     resolved = {count: resolve(for_worker_count(config, count)) for count in counts}
+    check_store_path(config.telemetry.store)
     bench_dir = prepare_run_dir(config.launch.run_dir or Path("runs") / f"bench-{new_run_id()}",
                                 overwrite=config.launch.overwrite)
-    console = make_console()
-    records: dict[int, RunRecord] = {}
-    for count, run_config in resolved.items():
-        threads = run_config.launch.threads_per_worker
-        console.print(f"[bold]bench:[/bold] {run_config.workload.name} on {count} worker(s), "
-                      f"{threads} thread(s) each")
-        run_dir = prepare_run_dir(bench_dir / f"workers-{count}", overwrite=config.launch.overwrite)
-        outcome = launch_training(run_config, run_dir)
-        record = conclude_run(outcome, console, quiet=True) if outcome.recorded else None
-        end_run(outcome, record)
-        assert record is not None
-        records[count] = record
-        if count > 1:
-            probe_link(count, run_dir / LINK_PROBE_FILE, run_config.launch.backend)
-    rows = scaling_rows(records)
-    for row in rows:
-        row["threads_per_worker"] = resolved[row["workers"]].launch.threads_per_worker
+    store = open_store_for(bench_dir, config.telemetry.store)
     first = resolved[counts[0]]
-    console.print(bench_table(rows, f"dtpo bench: {first.workload.name}, per-worker batch {first.workload.batch_size} "
-                                    f"fixed (weak scaling)"))
-    path = bench_dir / "bench.json"
-    write_json_atomic(path, {"schema": BENCH_SCHEMA, "workload": first.workload.name,
-                             "config": first.replace(launch={"workers": counts[0]}).to_dict(), "rows": rows})
-    console.print(f"bench record: {path}")
+    bench_config = first.replace(launch={"workers": counts[0]}).to_dict()
+    console = make_console()
+    with registered(store, "bench", bench_dir, bench_config) as bench:
+        records: dict[int, RunRecord] = {}
+        for count, run_config in resolved.items():
+            threads = run_config.launch.threads_per_worker
+            console.print(f"[bold]bench:[/bold] {run_config.workload.name} on {count} worker(s), "
+                          f"{threads} thread(s) each")
+            run_dir = prepare_run_dir(bench_dir / f"workers-{count}", overwrite=config.launch.overwrite)
+            run_dict = run_config.replace(launch={"run_dir": str(run_dir)}).to_dict()
+            with registered(store, config_kind(run_dict), run_dir, run_dict, parent=bench.id) as entry:
+                outcome = launch_training(run_config, run_dir)
+                record = conclude_run(outcome, console, quiet=True) if outcome.recorded else None
+                entry.record = record
+                end_run(outcome, record)
+            assert record is not None
+            records[count] = record
+            if count > 1:
+                probe_link(count, run_dir / LINK_PROBE_FILE, run_config.launch.backend)
+        rows = scaling_rows(records)
+        for row in rows:
+            row["threads_per_worker"] = resolved[row["workers"]].launch.threads_per_worker
+        console.print(bench_table(rows, f"dtpo bench: {first.workload.name}, per-worker batch "
+                                        f"{first.workload.batch_size} fixed (weak scaling)"))
+        path = bench_dir / "bench.json"
+        data = {"schema": BENCH_SCHEMA, "workload": first.workload.name, "config": bench_config, "rows": rows}
+        write_json_atomic(path, data)
+        bench.result = data
+        console.print(f"bench record: {path}")
     return bench_dir, rows
 
 

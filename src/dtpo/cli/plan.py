@@ -3,6 +3,10 @@
 Input is a scenario file (TOML or JSON, schema in :mod:`dtpo.plan.scenario`; examples in ``examples/plan/``),
 or ``--from-run RUN_DIR`` with the target hardware as flags. ``--compare-link`` predicts the same job on other
 inter-node links; ``--deadline`` / ``--budget`` pick the cheapest (or fastest) configuration that meets it.
+
+Every plan writes its predictions (the JSON ``--json`` writes) into a run directory of its own,
+``runs/plan-<run id>/plan.json`` (``--run-dir`` names another), and registers them in the run store (``--store``;
+see ``dtpo runs``).
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from typing import Annotated
 
 import typer
 
+from dtpo.cli.register import check_result_target, save_result
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
+from dtpo.telemetry.store import now_iso
 from dtpo.telemetry.summary import make_console
 
 log = logging.getLogger(__name__)
@@ -112,6 +118,11 @@ def plan_command(
     plot: Annotated[Path | None, typer.Option("--plot", help="Write throughput, efficiency and J/sample against "
                                               "GPUs to FILE.png or FILE.svg.")] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the predictions as JSON.")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Write the predictions here as plan.json "
+                                                 "(default: runs/plan-<run id>).", show_default=False)] = None,
+    store: Annotated[str | None, typer.Option("--store", help="SQLite run store the plan is registered in "
+                                              "(default: $DTPO_STORE, else runs/dtpo.sqlite).",
+                                              show_default=False)] = None,
 ) -> None:
     """Predict how a data-parallel job scales to many GPUs: time, throughput, efficiency, energy and cost."""
     from dtpo.plan.interconnect import find_link
@@ -128,6 +139,8 @@ def plan_command(
             raise ConfigError(f"{name} must be positive, got {value:g}")
     if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"--plot must end in {', '.join(PLOT_SUFFIXES)}, got {plot.name!r}")
+    check_result_target("plan", run_dir, store)
+    started_at = now_iso()
     fabric = None
     if scenario is not None:
         chosen = load_scenario(scenario)
@@ -160,7 +173,9 @@ def plan_command(
     if plot is not None:
         write_plot(results, plot)
         console.print(f"plot: {plot}")
+    data = {"plans": [plan_dict(r) for r in results]}
     if json_path is not None:
-        write_json_atomic(json_path, {"plans": [plan_dict(r) for r in results]})
+        write_json_atomic(json_path, data)
         console.print(f"predictions: {json_path}")
+    save_result("plan", data, run_dir, store, started_at, console)
     log.debug("planned %s", json.dumps([r.fabric.inter.name for r in results]))

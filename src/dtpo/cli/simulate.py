@@ -13,6 +13,10 @@ columns of the shipped Zeus files (``power_limit,time_per_epoch,average_power``,
 ``drifting`` or ``intermittent`` by ``--straggler-pattern``, switching every ``--period`` steps) are slower, without
 and with per-rank slowdown of the ranks that only wait for them (:mod:`dtpo.cli.simulate_stragglers`). The other
 commands simulate one straggler at most.
+
+Every simulation writes its result (the JSON ``--json`` writes) into a run directory of its own,
+``runs/simulate-<run id>/simulate.json`` (``--run-dir`` names another), and registers it in the run store
+(``--store``; see ``dtpo runs``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from dtpo.cli import simulate_stragglers
+from dtpo.cli.register import check_result_target, save_result
 from dtpo.cli.simulate_tune import print_tuning, run_tuning
 from dtpo.core.config import TUNE_KNOBS
 from dtpo.core.errors import ConfigError
@@ -50,6 +55,7 @@ from dtpo.plan.simulated_job import (
     sweep_values,
 )
 from dtpo.plan.simulated_job import Progress as StepsDone
+from dtpo.telemetry.store import now_iso
 from dtpo.telemetry.summary import make_console
 from dtpo.tune.cost import CostMetric, parse_cost
 from dtpo.tune.straggler_sim import PATTERNS, StragglerJob
@@ -207,6 +213,13 @@ def simulate_command(
         show_default=False),
     seed: int = typer.Option(0, "--seed", help="Noise seed."),
     json_out: Path | None = typer.Option(None, "--json", help="Also write the results to this JSON file."),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", help="Write the results here as simulate.json (default: runs/simulate-<run id>).",
+        show_default=False),
+    store: str | None = typer.Option(
+        None, "--store",
+        help="SQLite run store the result is registered in (default: $DTPO_STORE, else runs/dtpo.sqlite).",
+        show_default=False),
     list_models: bool = typer.Option(False, "--list", help="List GPU models and workloads (with --trace: the "
                                                            "file's traces), then exit."),
     tune: str | None = typer.Option(
@@ -250,6 +263,8 @@ def simulate_command(
         raise ConfigError(f"--sweep {sweep} already sets that knob; drop the fixed value")
     for flag, value in (("--power-limit", power_limit), ("--noise", noise), ("--counter-period", counter_period)):
         check_finite(flag, value)
+    check_result_target("simulate", run_dir, store)
+    started_at = now_iso()
     if tune == STRAGGLER_TUNE:
         _check_straggler_tuning(sweep=sweep, power_limit=power_limit, sm_clock=sm_clock, trace=trace, model=model,
                                 cost=cost, tune_step=tune_step, counter_period=counter_period)
@@ -258,7 +273,8 @@ def simulate_command(
                            pattern=DEFAULT_PATTERN if straggler_pattern is None else straggler_pattern,
                            period_steps=DEFAULT_PERIOD_STEPS if period is None else period, noise=noise, seed=seed,
                            batch_size=batch_size)
-        _simulate_stragglers(console, job, json_out)
+        data = _simulate_stragglers(console, job, json_out)
+        save_result("simulate", data, run_dir, store, started_at, console)
         return
     if straggler_pattern is not None or period is not None:
         raise ConfigError(f"--straggler-pattern and --period apply only to --tune {STRAGGLER_TUNE}")
@@ -278,10 +294,12 @@ def simulate_command(
         with SimulatedJob(config) as job, progress_bar(steps, gpus) as progress:
             run = run_tuning(job, tune, metric, tune_step, progress)
             data = print_tuning(console, run, job, tune, metric, tune_step)
+        result = {"schema": SIMULATE_SCHEMA, "config": asdict(config), "gpu": job.model.spec.name,
+                  "workload": job.model.workload, "knob": tune, "cost": metric.name, **data}
         if json_out is not None:
-            _write_json(json_out, {"schema": SIMULATE_SCHEMA, "config": asdict(config), "gpu": job.model.spec.name,
-                                   "workload": job.model.workload, "knob": tune, "cost": metric.name, **data})
+            _write_json(json_out, result)
             console.print(f"results written to {json_out}")
+        save_result("simulate", result, run_dir, store, started_at, console)
         return
     with SimulatedJob(config) as job:
         settings = 2 if sweep is None else 1 + len(sweep_values(job.gpus, sweep))
@@ -312,13 +330,13 @@ def simulate_command(
         console.print(f"energy-optimal: {_setting(best_energy)}, {best_energy.joules_per_sample:.4g} J/sample; "
                       f"time-optimal: {_setting(best_time)}, {best_time.samples_per_s:,.1f} samples/s")
     console.print("model assumptions: " + "; ".join(m.assumptions), style="dim")
+    result = {"schema": SIMULATE_SCHEMA, "config": asdict(config), "gpu": m.spec.name, "workload": m.workload,
+              "batch_size": m.batch_size, "calibrated": m.calibrated, "assumptions": list(m.assumptions),
+              "baseline": baseline.as_dict(), "results": [r.as_dict() for r in results]}
     if json_out is not None:
-        _write_json(json_out, {"schema": SIMULATE_SCHEMA, "config": asdict(config), "gpu": m.spec.name,
-                                     "workload": m.workload, "batch_size": m.batch_size,
-                                     "calibrated": m.calibrated, "assumptions": list(m.assumptions),
-                                     "baseline": baseline.as_dict(),
-                               "results": [r.as_dict() for r in results]})
+        _write_json(json_out, result)
         console.print(f"results written to {json_out}")
+    save_result("simulate", result, run_dir, store, started_at, console)
 
 
 def warn_if_coarse(time_s: float, counter_period_s: float) -> None:
@@ -361,17 +379,19 @@ def _check_straggler_tuning(*, sweep: str | None, power_limit: float | None, sm_
                               "slowest one, and its energy is exact)")
 
 
-def _simulate_stragglers(console: Console, job: StragglerJob, json_out: Path | None) -> None:
-    """``--tune stragglers``: the job without and with per-rank slowdown, printed (and written to ``json_out``)."""
+def _simulate_stragglers(console: Console, job: StragglerJob, json_out: Path | None) -> dict[str, object]:
+    """``--tune stragglers``: the job without and with per-rank slowdown, printed (and written to ``json_out``);
+    returns the result as JSON values."""
     simulate_stragglers.check_job(job)
     if json_out is not None:
         check_json_path(json_out)
     with progress_bar(2 * job.steps, job.gpus, simulate_stragglers.PROGRESS_GPU_STEPS) as progress:
         run = simulate_stragglers.run_stragglers(job, progress)
-    data = simulate_stragglers.print_stragglers(console, run)
+    data = {"schema": SIMULATE_SCHEMA, **simulate_stragglers.print_stragglers(console, run)}
     if json_out is not None:
-        _write_json(json_out, {"schema": SIMULATE_SCHEMA, **data})
+        _write_json(json_out, data)
         console.print(f"results written to {json_out}")
+    return data
 
 
 def _check_tuning(tune: str | None, cost: str, tune_step: float, sweep: str | None, power_limit: float | None,

@@ -18,10 +18,13 @@ import typer
 
 from dtpo.cli.conclude import conclude_run, end_run
 from dtpo.cli.options import config_command
+from dtpo.cli.register import open_store_for, registered
 from dtpo.core.config import CONFIG_FILE, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
 from dtpo.dist.run_dir import prepare_run_dir
+from dtpo.telemetry.store import check_store_path
+from dtpo.telemetry.store_figures import config_kind
 
 if TYPE_CHECKING:
     from dtpo.dist.launch import LaunchOutcome
@@ -64,6 +67,10 @@ def resolve(config: RunConfig) -> RunConfig:
         raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
                           f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
     check_tuning(resolved)
+    if resolved.telemetry.metrics_addr is not None:  # an address in use fails here, not in a worker
+        from dtpo.telemetry.metrics_server import check_metrics_addr
+
+        check_metrics_addr(resolved.telemetry.metrics_addr)
     return resolved.replace(launch={"threads_per_worker": threads_per_worker(config)})
 
 
@@ -143,14 +150,21 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
 
 
 def run_training(config: RunConfig, dry_run: bool = False) -> RunRecord:
-    """``dtpo train`` after parsing: resolve, prepare the run directory, launch, conclude."""
+    """``dtpo train`` after parsing: resolve, prepare the run directory, register the run in the run store
+    (``--store``; one that cannot be used stops here, before the launch), launch, conclude, register how the
+    run ended (a failure to do so is only a warning: the record stays in the run directory)."""
     if dry_run:
         config = config.replace(knobs={"mode": "dry-run"})
     config = resolve(config)
+    check_store_path(config.telemetry.store)
     run_dir = prepare_run_dir(config.launch.run_dir, overwrite=config.launch.overwrite)
-    outcome = launch_training(config, run_dir)
-    record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None
-    end_run(outcome, record)
+    store = open_store_for(run_dir, config.telemetry.store)
+    kind = config_kind(config.to_dict())
+    with registered(store, kind, run_dir, config.replace(launch={"run_dir": str(run_dir)}).to_dict()) as entry:
+        outcome = launch_training(config, run_dir)
+        record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None
+        entry.record = record
+        end_run(outcome, record)
     assert record is not None
     return record
 

@@ -357,7 +357,8 @@ class TelemetryConfig(_Section):
     SECTION: ClassVar[str] = "telemetry"
 
     store: str | None = field(default=None, metadata=flag("--store"))
-    """SQLite run store every run is registered in (default: runs/dtpo.sqlite in the working directory)."""
+    """SQLite run store every run is registered in (default: $DTPO_STORE, else runs/dtpo.sqlite in the working
+    directory)."""
     metrics_addr: str | None = field(default=None, metadata=flag("--metrics-addr"))
     """Serve live Prometheus metrics at [HOST:]PORT, one endpoint per node (host default 127.0.0.1; port 0
     picks a free one); default: no endpoint."""
