@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.dtpo-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test lint bench bench-zeus bench-stragglers clean
+.PHONY: run test integration lint bench bench-zeus bench-stragglers clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,22 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# Checks with the real parts: Debian's prometheus scraping a live run, the report in headless Chromium, concurrent
+# runs in one store. Installs the Debian packages (as root, or through sudo) and the integration extra where missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+INTEGRATION_STAMP := $(VENV)/.dtpo-integration
+
+$(INTEGRATION_STAMP): $(STAMP)
+	$(BIN)/python -c "import playwright" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,integration]'
+	touch $(INTEGRATION_STAMP)
+
+integration: $(INTEGRATION_STAMP)
+	command -v prometheus >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus chromium; }
+	$(BIN)/python -m pytest -q -p no:cacheprovider integration
+
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks integration
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

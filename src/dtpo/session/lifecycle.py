@@ -24,6 +24,7 @@ from dtpo.core.errors import ConfigError, signal_name
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, new_run_id, rank_record_path, write_json_atomic
 from dtpo.core.totals import finalize
 from dtpo.dist.process_group import DistContext
+from dtpo.dist.parent_death import end_with_parent
 from dtpo.dist.run_dir import is_writable_dir
 from dtpo.session.divergence import DivergedError
 
@@ -131,8 +132,9 @@ class RunLifecycle:
             self._write_failed = True
 
     def install_signal_handlers(self) -> None:
-        """On SIGTERM (torchrun stopping the workers, a scheduler's preemption) raise :class:`Interrupted` in
-        the training loop, so the Session ends the run as ``interrupted`` with its record written."""
+        """On SIGTERM (torchrun stopping the workers, a scheduler's preemption, the dtpo launcher's death) raise
+        :class:`Interrupted` in the training loop, so the Session ends the run as ``interrupted`` with its
+        record written."""
         if threading.current_thread() is not threading.main_thread():
             return
         if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
@@ -145,6 +147,8 @@ class RunLifecycle:
             raise Interrupted(signum)
 
         signal.signal(signal.SIGTERM, on_term)
+        if os.environ.get("DTPO_LAUNCHED"):  # a launcher killed outright sends this worker SIGTERM, not silence
+            end_with_parent(signal.SIGTERM)
 
     def finish(self, error: BaseException | None) -> RunRecord | None:
         """End the run on this rank: flush, and on a normal end gather every rank's record to rank 0, which
