@@ -67,6 +67,8 @@ def resolve(config: RunConfig) -> RunConfig:
         raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
                           f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
     check_tuning(resolved)
+    if resolved.launch.engine == "ray":
+        raise ConfigError("--engine ray is not available in this dtpo yet; use --engine torchrun")
     if resolved.telemetry.metrics_addr is not None:  # an address in use fails here, not in a worker
         from dtpo.telemetry.metrics_server import check_metrics_addr
 

@@ -54,6 +54,7 @@ MAX_STEPS = 10**9
 MAX_BATCH_SIZE = 2**20
 MAX_GRAD_ACCUM = 4096
 MAX_WORKERS = 1024
+ENGINES = ("torchrun", "ray")
 MAX_SEED = 2**63 - 1
 
 
@@ -338,9 +339,20 @@ class LaunchConfig(_Section):
     """Directory of the run's record (default: runs/<run-id>)."""
     overwrite: bool = field(default=False, metadata=flag("--overwrite"))
     """Allow a run directory that already holds a record to be written over."""
+    engine: str = field(default="torchrun", metadata=flag("--engine"))
+    """What starts the workers: torchrun (torch.distributed.run's elastic launcher) or ray (Ray Train's
+    TorchTrainer, on a local Ray instance or the cluster at --ray-address)."""
+    ray_address: str | None = field(default=None, metadata=flag("--ray-address"))
+    """Address of an existing Ray cluster (e.g. ray://head:10001 or head:6379) for --engine ray; default: a
+    local Ray instance started for the run."""
 
     def __post_init__(self) -> None:
         self._int("workers", 1, MAX_WORKERS)
+        self._choice("engine", ENGINES)
+        self._check_type("ray_address", str, True)
+        if self.ray_address is not None and (not self.ray_address.strip() or self.engine != "ray"):
+            raise self._fail("ray_address", "needs --engine ray and a non-empty address" if self.ray_address.strip()
+                             else "must name a Ray cluster address, got an empty string")
         self._int("threads_per_worker", 1, 4096, optional=True)
         if self.backend is not None:
             self._choice("backend", BACKENDS)
