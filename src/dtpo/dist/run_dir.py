@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from dtpo.core.errors import ConfigError
+from dtpo.core.files import is_writable_dir
 from dtpo.core.record import RANK_DIR, RECORD_FILE, new_run_id
 
 log = logging.getLogger(__name__)
@@ -69,13 +69,6 @@ def holds_record(path: Path) -> bool:
     return (path / RECORD_FILE).exists() or (ranks.is_dir() and any(ranks.iterdir()))
 
 
-def is_writable_dir(path: Path) -> bool:
-    """Whether a file can really be created in ``path`` (permission bits lie for root and read-only mounts)."""
-    try:
-        with tempfile.TemporaryFile(dir=path, prefix=".dtpo-probe-"):
-            return True
-    except OSError:
-        return False
 
 
 def is_empty_run(path: Path) -> bool:

@@ -21,11 +21,11 @@ from typing import Any
 import torch.distributed as dist
 
 from dtpo.core.errors import ConfigError, signal_name
+from dtpo.core.files import is_writable_dir
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, new_run_id, rank_record_path, write_json_atomic
 from dtpo.core.totals import finalize
-from dtpo.dist.process_group import DistContext
 from dtpo.dist.parent_death import end_with_parent
-from dtpo.dist.run_dir import is_writable_dir
+from dtpo.dist.process_group import DistContext
 from dtpo.session.divergence import DivergedError
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,6 @@ import logging
 import os
 import socket
 import sqlite3
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dtpo.core.errors import ConfigError
+from dtpo.core.files import is_writable_dir
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import RECORD_FILE, RunRecord
 from dtpo.telemetry.store_figures import KINDS, Figure, RunFacts, config_facts, config_kind, figure, record_facts
@@ -109,13 +109,6 @@ def reindex_hint(path: Path) -> str:
     return "`dtpo runs reindex" + ("" if path == store_path(None) else f" --store {path}") + "`"
 
 
-def _writable_dir(folder: Path) -> bool:
-    """Whether a file can really be created in ``folder`` (permission bits lie for root)."""
-    try:
-        with tempfile.TemporaryFile(dir=folder, prefix=".dtpo-probe-"):
-            return True
-    except OSError:
-        return False
 
 
 def check_store_path(path: str | os.PathLike[str] | None) -> Path:
@@ -136,7 +129,7 @@ def check_store_path(path: str | os.PathLike[str] | None) -> Path:
         if parent.exists() and not parent.is_dir():
             raise StoreError(f"run store {target} lies under the file {parent}; --store must name a file in a folder")
         if parent.is_dir():
-            if not _writable_dir(parent):
+            if not is_writable_dir(parent):
                 raise StoreError(f"run store {target}: cannot write in folder {parent}; choose another with --store")
             break
     if target.is_file():
