@@ -36,7 +36,8 @@ from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
 from dtpo.core.config import BACKENDS
 from dtpo.core.errors import LaunchError, first_line, signal_name
-from dtpo.dist.run_dir import LAUNCHER_LOG, is_empty_run, is_writable_dir, prepare_run_dir, remove_empty_run
+from dtpo.core.files import is_writable_dir
+from dtpo.dist.run_dir import LAUNCHER_LOG, is_empty_run, prepare_run_dir, remove_empty_run
 
 log = logging.getLogger(__name__)
 
