@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.dtpo-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test integration lint bench bench-zeus bench-stragglers clean
+.PHONY: run test integration lint bench bench-zeus bench-stragglers bench-telemetry clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ bench-zeus: $(STAMP)
 # Per-rank DVFS for stragglers on simulated jobs (8, 16, 64 GPUs): bloat recovered and slowdown; exit 1 on a missed goal.
 bench-stragglers: $(STAMP)
 	$(BIN)/python benchmarks/straggler_dvfs.py
+
+# Step time with the Prometheus exporter, run store and traces on against off (paired, A/A control); exit 1 above 1.01.
+bench-telemetry: $(STAMP)
+	$(BIN)/python benchmarks/telemetry_overhead.py
 
 clean:
 	rm -rf $(VENV) runs
