@@ -70,10 +70,12 @@ def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: 
     if record is not None and outcome.restarts:
         add_restarts(record, outcome)
         record.save(outcome.run_dir)
-    if record is not None:
-        write_artifacts(record, outcome.run_dir)
+    written = write_artifacts(record, outcome.run_dir) if record is not None else []
     if record is not None and not quiet:
         print_summary(record, console, record_path=str(path))
+        for artifact in written:
+            what = "trace (Perfetto, chrome://tracing)" if artifact.suffix == ".json" else "report"
+            console.print(f"{what}: {artifact}", soft_wrap=True)
     return record
 
 
