@@ -92,3 +92,9 @@ def artifacts() -> Path:
     """A folder under ``runs/integration`` that outlives the test (screenshots, server logs)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return ARTIFACTS
+
+
+@pytest.fixture(autouse=True)
+def _own_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of these checks go to a store of their own, not the project's runs/dtpo.sqlite."""
+    monkeypatch.setenv("DTPO_STORE", str(tmp_path_factory.getbasetemp() / "dtpo.sqlite"))
