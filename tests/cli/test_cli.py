@@ -60,6 +60,7 @@ def test_bench_measures_each_worker_count(tmp_path: Path) -> None:
     for count in (1, 2):
         assert len(RunRecord.load(tmp_path / f"workers-{count}").ranks) == count
     assert "scaling eff." in result.stdout
+    assert 'id="bench-1-scaling"' in (tmp_path / "report.html").read_text()  # the bench's own report
     # Each worker count gets its own threads (1 worker does not hand its threads to the 2-worker run).
     expected = {n: threads_per_worker(RunConfig(launch=LaunchConfig(workers=n))) for n in (1, 2)}
     assert {row["workers"]: row["threads_per_worker"] for row in bench["rows"]} == expected

@@ -17,6 +17,7 @@ from dtpo.core.config import MAX_WORKERS, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
 from dtpo.dist.run_dir import prepare_run_dir
+from dtpo.telemetry.artifacts import write_report_beside
 from dtpo.telemetry.scaling import BENCH_SCHEMA, bench_table, scaling_rows
 from dtpo.telemetry.store import check_store_path
 from dtpo.telemetry.store_figures import config_kind
@@ -118,6 +119,10 @@ def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
         write_json_atomic(path, data)
         bench.result = data
         console.print(f"bench record: {path}")
+        if config.telemetry.report:
+            report = write_report_beside(bench_dir)
+            if report is not None:
+                console.print(f"report: {report}")
     return bench_dir, rows
 
 

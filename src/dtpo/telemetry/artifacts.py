@@ -47,10 +47,22 @@ def write_artifacts(record: RunRecord, run_dir: str | os.PathLike[str], *, trace
             if path is not None:
                 written.append(path)
     if report if report is not None else settings["report"]:
-        from dtpo.telemetry.report_html import write_report  # matplotlib: only when a report is written
-
-        try:
-            written.append(write_report([Path(run_dir)], Path(run_dir) / REPORT_FILE))
-        except (OSError, ValueError, DtpoError) as exc:
-            log.warning("cannot write the report of %s (%s)", run_dir, exc)
+        path = write_report_beside(run_dir)
+        if path is not None:
+            written.append(path)
     return written
+
+
+def write_report_beside(result_dir: str | os.PathLike[str]) -> Path | None:
+    """Write ``report.html`` into a run, bench, plan or simulation directory; a failure is logged, not raised.
+
+    Returns:
+        The report's path, or ``None`` when it could not be written.
+    """
+    from dtpo.telemetry.report_html import write_report  # matplotlib: only when a report is written
+
+    try:
+        return write_report([Path(result_dir)], Path(result_dir) / REPORT_FILE)
+    except (OSError, ValueError, DtpoError) as exc:
+        log.warning("cannot write the report of %s (%s)", result_dir, exc)
+        return None
