@@ -8,6 +8,7 @@ from typing import Any
 
 from dtpo.core.callbacks import Callback, Window
 from dtpo.core.config import (
+    CheckpointConfig,
     EnergyConfig,
     KnobConfig,
     LaunchConfig,
@@ -19,8 +20,8 @@ from dtpo.core.config import (
 
 __version__ = "0.1.0"
 
-__all__ = ["Callback", "EnergyConfig", "JobTuneCallback", "KnobConfig", "LaunchConfig", "RunConfig", "Session",
-           "SessionConfig", "Switch", "TuneConfig", "Window", "WorkloadConfig", "__version__"]
+__all__ = ["Callback", "CheckpointConfig", "EnergyConfig", "JobTuneCallback", "KnobConfig", "LaunchConfig",
+           "RunConfig", "Session", "SessionConfig", "Switch", "TuneConfig", "Window", "WorkloadConfig", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

@@ -30,9 +30,8 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-# One worker: with several, torch 2.13's gloo cannot re-form its mesh after a restart that follows collectives
-# (plain torchrun with a plain DDP script fails the same way: "Gloo connectFullMesh failed ... Connection
-# refused"), so the restart itself, not dtpo's record of it, would be under test.
+# One worker keeps this test about the record; several workers restart too (dtpo launch turns off torchelastic's
+# shared rendezvous store, whose stale keys broke gloo's mesh after a restart): tests/cli/test_checkpoint_restarts.py.
 @pytest.mark.slow
 def test_a_restarted_run_keeps_the_earlier_attempt(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)

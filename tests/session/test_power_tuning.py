@@ -468,3 +468,24 @@ def test_no_gpu_warns_once_on_rank_0_and_reports_nothing_applied(
     with caplog.at_level(logging.INFO):
         cb.on_train_start(other.session)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]  # one warning per job, from rank 0
+
+
+def test_a_checkpointed_choice_is_held_again_after_a_resume(nvml: FakeNvml, gpus: list[NvmlGpu], tmp_path: Path,
+                                                           make_callback: Callable[..., TuneCallback]) -> None:
+    first = Job(nvml, seed=1)
+    cb = make_callback(first, gpus=gpus, profile_dir=str(tmp_path / "profiles"))
+    assert cb.state_dict() == {"settings": None}  # nothing to keep before the search
+    first.train(cb, after_hold=3)
+    state = json.loads(json.dumps(cb.state_dict()))  # plain data, as a checkpoint keeps it
+    assert cb.tuner is not None and cb.tuner.choice is not None
+    choice = cb.tuner.choice
+    cb.restore()  # the worker is gone; its GPU back at 300 W
+
+    nvml.calls.clear()
+    resumed = Job(nvml, seed=2)
+    cb = make_callback(resumed, gpus=gpus, profile_dir=str(tmp_path / "elsewhere"), fresh_profile=True)
+    cb.on_train_start(resumed.session)
+    cb.load_state_dict(state)
+    assert cb.tuner is not None and cb.tuner.holding and cb.tuner.choice == choice and cb.applied == choice
+    assert nvml.gpus[0].limit_mw == int(round(choice.power_limit_w * 1000))  # applied again at once
+    assert cb.profile["resumed_from_checkpoint"] is True

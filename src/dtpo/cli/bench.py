@@ -132,7 +132,8 @@ def _bench(config: RunConfig, workers: str = "1,2") -> None:
 
 
 bench_command = config_command(
-    _bench, exclude=("launch.workers",), defaults={"workload.name": "mlp"},
+    _bench, exclude=("launch.workers", "launch.max_restarts", "checkpoint.every", "checkpoint.dir", "checkpoint.keep",
+                     "checkpoint.async_save", "checkpoint.resume"), defaults={"workload.name": "mlp"},
     extra=[inspect.Parameter("workers", inspect.Parameter.KEYWORD_ONLY, annotation=str,
                              default=typer.Option("1,2", "--workers", help="Comma-separated worker counts, "
                                                   "e.g. 1,2,4."))])

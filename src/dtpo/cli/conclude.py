@@ -11,7 +11,7 @@ from rich.console import Console
 
 from dtpo.core.errors import DtpoError, signal_name
 from dtpo.core.record import RECORD_FILE, RunRecord, load_partial_records, partial_attempts
-from dtpo.core.totals import attempt_summary, record_from_partials
+from dtpo.core.totals import add_recovery, attempt_summary, record_from_partials
 from dtpo.telemetry.artifacts import write_artifacts
 from dtpo.telemetry.summary import make_console, print_summary
 
@@ -89,7 +89,14 @@ def add_restarts(record: RunRecord, outcome: LaunchOutcome) -> None:
         error = outcome.attempt_errors[attempt] if attempt < len(outcome.attempt_errors) else None
         statuses = {p.status for p in partials}
         status = "diverged" if "diverged" in statuses else "failed"
-        record.restarts.append(attempt_summary(partials, attempt, status, error))
+        restart = attempt_summary(partials, attempt, status, error)
+        if attempt + 1 == record.attempt:
+            resumed, following = record.resumed, record.ranks
+        else:
+            later = load_partial_records(outcome.run_dir, attempt + 1)
+            resumed = next((p.resumed for p in later if p.resumed), None)
+            following = [r for p in later for r in p.ranks]
+        record.restarts.append(add_recovery(restart, partials, resumed, following))
 
 
 class RunEnded(DtpoError):

@@ -82,9 +82,11 @@ def resolve_config(ctx: typer.Context, config_file: Path | None, fields: list[Co
     base = RunConfig.load(config_file) if config_file is not None else RunConfig()
     data = base.to_dict()
     if config_file is not None:
-        # A reproduced run gets a run directory of its own unless one is named.
+        # A reproduced run gets a run directory of its own unless one is named, and starts from the beginning
+        # unless --resume is typed.
         data["launch"]["run_dir"] = None
         data["launch"]["overwrite"] = False
+        data["checkpoint"]["resume"] = None
     for f in fields:
         name = _param_name(f)
         if config_file is None or ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,

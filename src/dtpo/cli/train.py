@@ -73,6 +73,9 @@ def resolve(config: RunConfig) -> RunConfig:
         from dtpo.telemetry.metrics_server import check_metrics_addr
 
         check_metrics_addr(resolved.telemetry.metrics_addr)
+    from dtpo.examples.train import check_checkpoints  # before the run directory is prepared: nothing cleared
+
+    check_checkpoints(resolved)
     return resolved.replace(launch={"threads_per_worker": threads_per_worker(config)})
 
 
@@ -146,6 +149,8 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
             "-m", "dtpo.examples.train"]
     if config.launch.backend:
         argv[-2:-2] = ["--backend", config.launch.backend]
+    if config.launch.max_restarts:
+        argv[-2:-2] = ["--max-restarts", str(config.launch.max_restarts)]
     threads = str(config.launch.threads_per_worker or threads_per_worker(config))
     with worker_environment({CONFIG_ENV: str(path), "OMP_NUM_THREADS": threads}):
         return launch(parse_launch_args(argv))

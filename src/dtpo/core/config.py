@@ -8,7 +8,9 @@ One tree, nested keyword-only dataclasses::
       energy    EnergyConfig     measure or not, CPU TDP, grid intensity, price
       knobs     KnobConfig       GPU power limit / SM clock held for the run, apply | dry-run | observe
       tune      TuneConfig       GPU knob tuned while training, the cost metric, saved profiles
-      launch    LaunchConfig     local workers, threads per worker, run directory
+      launch    LaunchConfig     local workers, threads per worker, run directory, restarts
+      telemetry TelemetryConfig  run store, live metrics, traces, report
+      checkpoint CheckpointConfig checkpoints (torch.distributed.checkpoint) and resuming from them
 
 Every field carries its documentation as a string right under it (read by :func:`field_docs`, so the CLI's
 help and this file cannot disagree) and, where it is a command-line flag, the flag's name in its metadata
@@ -56,6 +58,8 @@ MAX_GRAD_ACCUM = 4096
 MAX_WORKERS = 1024
 ENGINES = ("torchrun", "ray")
 MAX_SEED = 2**63 - 1
+MAX_RESTARTS = 1000
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def flag(name: str, *, short: str | None = None) -> dict[str, Any]:
@@ -345,9 +349,13 @@ class LaunchConfig(_Section):
     ray_address: str | None = field(default=None, metadata=flag("--ray-address"))
     """Address of an existing Ray cluster (e.g. ray://head:10001 or head:6379) for --engine ray; default: a
     local Ray instance started for the run."""
+    max_restarts: int = field(default=0, metadata=flag("--max-restarts"))
+    """Restart the workers up to N times when one fails (torchrun's elastic restarts); with --checkpoint-every
+    they resume from the newest complete checkpoint."""
 
     def __post_init__(self) -> None:
         self._int("workers", 1, MAX_WORKERS)
+        self._int("max_restarts", 0, MAX_RESTARTS)
         self._choice("engine", ENGINES)
         self._check_type("ray_address", str, True)
         if self.ray_address is not None and (not self.ray_address.strip() or self.engine != "ray"):
@@ -390,6 +398,76 @@ class TelemetryConfig(_Section):
         self._bool("report")
 
 
+@dataclass(kw_only=True)
+class CheckpointConfig(_Section):
+    """Checkpoints through torch.distributed.checkpoint, and resuming from them (see dtpo.session.checkpoint)."""
+
+    SECTION: ClassVar[str] = "checkpoint"
+
+    every: str | None = field(default=None, metadata=flag("--checkpoint-every"))
+    """Save a checkpoint every N optimizer steps (e.g. 100) or every duration (90s, 10m, 2h): model, optimizer,
+    gradient scaler, data position, RNG states and dtpo's own state; default: no checkpoints."""
+    dir: str | None = field(default=None, metadata=flag("--checkpoint-dir"))
+    """Directory of the checkpoints (default: RUN_DIR/checkpoints)."""
+    keep: int = field(default=2, metadata=flag("--checkpoint-keep"))
+    """Complete checkpoints kept; older ones are removed once a newer one is complete."""
+    async_save: bool = field(default=False, metadata=flag("--checkpoint-async"))
+    """Write checkpoints in the background (torch.distributed.checkpoint.async_save): training waits only while
+    the state is copied."""
+    resume: str | None = field(default=None, metadata=flag("--resume"))
+    """Resume from a checkpoint: latest (the newest complete one in --checkpoint-dir), a checkpoint folder
+    (.../step-000120) or a directory of them (its newest complete one). Restarted workers (--max-restarts)
+    resume from the newest complete checkpoint by themselves."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.every, int) and not isinstance(self.every, bool):
+            self.every = str(self.every)  # a TOML or JSON number of steps
+        self._check_type("every", str, True)
+        if self.every is not None:
+            self.every = self.every.strip()
+            if parse_every(self.every) is None:
+                raise self._fail("every", f"must be a number of steps (100) or a duration (90s, 10m, 2h), "
+                                          f"got {self.every!r}")
+        self._check_type("dir", str, True)
+        if self.dir is not None and not self.dir.strip():
+            raise self._fail("dir", "must name a directory, got an empty string")
+        self._int("keep", 1, 10_000)
+        self._bool("async_save")
+        if self.resume is True:  # type: ignore[comparison-overlap]  # resume = true in a TOML file
+            self.resume = "latest"
+        self._check_type("resume", str, True)
+        if self.resume is not None and not self.resume.strip():
+            raise self._fail("resume", "must be latest or a checkpoint path, got an empty string")
+
+    @property
+    def interval(self) -> tuple[int | None, float | None]:
+        """``(steps, None)`` or ``(None, seconds)`` between checkpoints; ``(None, None)`` without checkpoints."""
+        parsed = parse_every(self.every) if self.every is not None else None
+        return parsed if parsed is not None else (None, None)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether checkpoints are in use: saved every so often, resumed from, or given a directory (for saves
+        the script asks for, ``Session.save_checkpoint``)."""
+        return self.every is not None or self.resume is not None or self.dir is not None
+
+
+def parse_every(text: str) -> tuple[int | None, float | None] | None:
+    """``"100"`` as ``(100, None)`` (steps), ``"90s"``/``"10m"``/``"1.5h"`` as ``(None, seconds)``; ``None`` when
+    it is neither (or not positive)."""
+    text = text.strip().lower()
+    if text.isdigit():
+        return (int(text), None) if 0 < int(text) <= MAX_STEPS else None
+    number, unit = text[:-1], text[-1:]
+    if unit not in _DURATION_UNITS:
+        return None
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        return None
+    return (None, seconds) if math.isfinite(seconds) and 0 < seconds <= 365 * 24 * 3600 else None
+
+
 def parse_metrics_addr(text: str) -> tuple[str, int]:
     """``HOST:PORT``, ``:PORT`` or ``PORT`` as (host, port); the host defaults to 127.0.0.1.
 
@@ -406,7 +484,7 @@ def parse_metrics_addr(text: str) -> tuple[str, int]:
 
 SECTIONS: dict[str, type[_Section]] = {
     "workload": WorkloadConfig, "session": SessionConfig, "energy": EnergyConfig, "knobs": KnobConfig,
-    "tune": TuneConfig, "launch": LaunchConfig, "telemetry": TelemetryConfig,
+    "tune": TuneConfig, "launch": LaunchConfig, "telemetry": TelemetryConfig, "checkpoint": CheckpointConfig,
 }
 
 
@@ -428,6 +506,8 @@ class RunConfig:
     """Local workers and where the record goes."""
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     """Run store, live metrics, traces and report."""
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    """Checkpoints and resuming."""
 
     def __post_init__(self) -> None:
         for name, cls in SECTIONS.items():

@@ -105,6 +105,8 @@ class RankRecord:
         model: What the planner needs of the model: ``parameters`` (trainable, all ranks' shards together),
             ``gradient_bytes`` (of one full gradient as all-reduced), ``matrix_shapes`` (each trainable tensor's
             shape) and ``bucket_cap_bytes`` (DDP's bucket size, ``None`` without DDP).
+        checkpoints: The checkpoints this rank took part in (``step``, ``blocked_s``: how long training waited
+            for it, ``async``), in order; empty without checkpoints.
     """
 
     rank: int
@@ -121,6 +123,7 @@ class RankRecord:
     tuning: dict[str, Any] | None = None
     slack: dict[str, Any] | None = None
     model: dict[str, Any] | None = None
+    checkpoints: list[dict[str, Any]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.peak_flops = measurement_or_none(self.peak_flops)
@@ -130,6 +133,8 @@ class RankRecord:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "peak_flops")}
         out["peak_flops"] = self.peak_flops.to_dict() if self.peak_flops is not None else None
         out["steps"] = [asdict(s) for s in self.steps]
+        if not self.checkpoints:  # records of runs without checkpoints stay as they were
+            del out["checkpoints"]
         return out
 
     @classmethod
@@ -161,6 +166,13 @@ class Restart:
         energy_j: Energy it used, with its source.
         started_at: ISO-8601 UTC start time, if known.
         finished_at: ISO-8601 UTC end time, if known.
+        reached_step: The optimizer step it had reached when it ended (steps ``0..reached_step-1`` were done),
+            if known.
+        resumed_from_step: The checkpoint step the next attempt resumed from (``0``: it started over), if known.
+        steps_lost: Steps done after that checkpoint, which the next attempt had to do again.
+        recovery_s: Wall time the next attempt needed to get back to ``reached_step``: its start (process,
+            rendezvous, loading the checkpoint) and the lost steps done again.
+        recovery_energy_j: Energy of that recovery (estimated from the next attempt's average power).
     """
 
     attempt: int
@@ -171,16 +183,27 @@ class Restart:
     energy_j: Measurement | None = None
     started_at: str | None = None
     finished_at: str | None = None
+    reached_step: int | None = None
+    resumed_from_step: int | None = None
+    steps_lost: int | None = None
+    recovery_s: Measurement | None = None
+    recovery_energy_j: Measurement | None = None
+
+    _MEASUREMENTS = ("time_s", "energy_j", "recovery_s", "recovery_energy_j")
+    _RECOVERY = ("reached_step", "resumed_from_step", "steps_lost", "recovery_s", "recovery_energy_j")
 
     def __post_init__(self) -> None:
-        self.time_s = measurement_or_none(self.time_s)
-        self.energy_j = measurement_or_none(self.energy_j)
+        for name in self._MEASUREMENTS:
+            setattr(self, name, measurement_or_none(getattr(self, name)))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("time_s", "energy_j"):
+        for name in self._MEASUREMENTS:
             out[name] = out[name].to_dict() if out[name] is not None else None
+        for name in self._RECOVERY:  # written only for runs that resumed from checkpoints
+            if out[name] is None:
+                del out[name]
         return out
 
     @classmethod
@@ -278,6 +301,9 @@ class RunRecord:
         error: Why the run failed, if it did.
         attempt: Which attempt of the run this record is (0 for the first; more after restarts).
         restarts: The earlier attempts, oldest first, one :class:`Restart` each.
+        resumed: Where this attempt started when it resumed from a checkpoint (``step``, ``checkpoint``,
+            ``load_s``, ``started_unix``: when its Session started, ``before``: the time and energy spent up to
+            that checkpoint); ``None`` when it started from scratch. Its steps start at ``step``.
         unknown: Keys found when loading that this dtpo does not know, by their path in the file.
         schema: Schema version of this record.
     """
@@ -294,6 +320,7 @@ class RunRecord:
     error: str | None = None
     attempt: int = 0
     restarts: list[Restart] = field(default_factory=list)
+    resumed: dict[str, Any] | None = None
     unknown: dict[str, Any] = field(default_factory=dict)
     schema: str = SCHEMA
 
@@ -316,6 +343,8 @@ class RunRecord:
             "energy": self.energy.to_dict() if self.energy is not None else None,
             "error": self.error, "restarts": [r.to_dict() for r in self.restarts],
         }
+        if self.resumed is not None:
+            out["resumed"] = self.resumed
         if self.unknown:
             out["unknown"] = self.unknown
         return out

@@ -260,7 +260,8 @@ def record_from_partials(run_dir: str | os.PathLike[str], status: str, error: st
                        config=first.config, environment=first.environment,
                        ranks=sorted((p.ranks[0] for p in partials if p.ranks), key=lambda r: r.rank),
                        error=error or next((p.error for p in partials if p.error), None),
-                       attempt=first.attempt, restarts=first.restarts)
+                       attempt=first.attempt, restarts=first.restarts,
+                       resumed=next((p.resumed for p in partials if p.resumed), None))
     return finalize(record)
 
 
@@ -298,3 +299,60 @@ def attempt_summary(partials: list[RunRecord], attempt: int, status: str, error:
                    energy_j=Measurement(energy, "J", "estimated" if estimated else "measured",
                                         "energy windows the ranks recorded before the attempt ended"),
                    started_at=partials[0].started_at if partials else None)
+
+
+def add_recovery(restart: Restart, failed: list[RunRecord], resumed: dict[str, Any] | None,
+                 following: list[RankRecord]) -> Restart:
+    """What the failure of one attempt cost the next one, on its :class:`Restart` (in place).
+
+    Args:
+        restart: The failed attempt's summary (:func:`attempt_summary`).
+        failed: That attempt's partial records.
+        resumed: The next attempt's ``RunRecord.resumed`` (``None``: it started from the beginning).
+        following: The next attempt's rank records.
+
+    Fills ``reached_step`` (the furthest step a rank of the failed attempt recorded: a rank killed outright
+    flushed its record earlier than the others), ``resumed_from_step``, ``steps_lost`` (done again),
+    ``recovery_s`` (from the failed attempt's last recorded step to the next attempt's end of the step the
+    failure happened at, or to its first step when nothing was lost) and ``recovery_energy_j`` (that time at the
+    next attempt's average power, estimated).
+    """
+    ranks = [r for p in failed for r in p.ranks]
+    reached = max((r.steps[-1].step + 1 for r in ranks if r.steps), default=None)
+    start = int(resumed["step"]) if resumed else 0
+    restart.reached_step = reached
+    restart.resumed_from_step = start
+    if reached is None:
+        return restart
+    restart.steps_lost = max(0, reached - start)
+    ends = [s.started_at + s.step_s for r in ranks for s in r.steps[-1:] if s.started_at is not None]
+    begun = max(ends) if ends else (resumed or {}).get("started_unix")
+    if reached > start:
+        done = [s.started_at + s.step_s for r in following for s in r.steps
+                if s.step == reached - 1 and s.started_at is not None]
+        what = f"until step {reached - 1} was done again"
+    else:
+        done = [r.steps[0].started_at for r in following if r.steps and r.steps[0].started_at is not None]
+        what = "until the next attempt's first step"
+    if begun is None or not done:
+        return restart
+    seconds = max(max(done) - begun, 0.0)
+    restart.recovery_s = Measurement(seconds, "s", "measured", f"from the failed attempt's last recorded step {what}")
+    power = _average_power_w(following)
+    if power is not None:
+        restart.recovery_energy_j = Measurement(seconds * power, "J", "estimated",
+                                                f"recovery time at the next attempt's average power ({power:.1f} W)")
+    return restart
+
+
+def _average_power_w(ranks: list[RankRecord]) -> float | None:
+    """The summed average power of ranks over their energy windows (``None`` without any)."""
+    total = 0.0
+    found = False
+    for rank in ranks:
+        windows = (rank.energy or {}).get("windows") or []
+        time_s = sum(w["time_s"] for w in windows)
+        if time_s > 0:
+            total += sum(w["total_j"] for w in windows) / time_s
+            found = True
+    return total if found else None

@@ -48,6 +48,12 @@ DEFAULT_RUN_ROOT = Path("runs")
 RUN_DIR_ENV = "DTPO_RUN_DIR"
 RUN_ROOT_ENV = "DTPO_RUN_ROOT"
 RUN_POINTER_ENV = "DTPO_RUN_POINTER"
+# torchelastic's agent shares its rendezvous TCPStore with the workers, and that store outlives a restart: the
+# workers of the next attempt read the previous attempt's keys under the same "default_pg" prefix (gloo's peer
+# addresses, NCCL's unique id) and connect to ports of dead processes ("Gloo connectFullMesh failed ...
+# Connection refused"; pytorch/pytorch#135712). With sharing off, every attempt's rank 0 hosts a fresh store on a
+# new MASTER_PORT.
+SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # rdzv-conf keys torch reads as integers (seconds or counts), and as booleans.
 _INT_CONF = re.compile(r"(.*_)?timeout|keep_alive_interval|keep_alive_max_attempt")
 _BOOL_CONF = ("is_host",)
@@ -156,6 +162,8 @@ def launch(args: argparse.Namespace) -> LaunchOutcome:
         env = {RUN_DIR_ENV: str(run_dir), "DTPO_RUN_ID": run_dir.name, RUN_ROOT_ENV: None, RUN_POINTER_ENV: None}
         log_path = run_dir / LAUNCHER_LOG
     env["DTPO_LAUNCHED"] = "1"
+    if _restarts_possible(args) and SHARED_STORE_ENV not in os.environ:
+        env[SHARED_STORE_ENV] = "1"
     if args.backend:
         env["DTPO_BACKEND"] = args.backend
     _apply_rdzv_timeout(args)
@@ -199,6 +207,15 @@ def launch(args: argparse.Namespace) -> LaunchOutcome:
             DEFAULT_RUN_ROOT.rmdir()
     return LaunchOutcome(run_dir, failed, message, signum, watcher.restarts, tuple(watcher.attempt_errors),
                          recorded)
+
+
+def _restarts_possible(args: argparse.Namespace) -> bool:
+    """Whether the workers may be started more than once (``--max-restarts``, or an elastic node count)."""
+    try:
+        min_nodes, max_nodes = torchrun.parse_min_max_nnodes(args.nnodes)
+    except (RuntimeError, ValueError):
+        min_nodes = max_nodes = 1
+    return args.max_restarts > 0 or min_nodes != max_nodes
 
 
 def _validate(args: argparse.Namespace) -> None:

@@ -48,11 +48,33 @@ def train(config: RunConfig) -> None:
         torch.manual_seed(config.workload.seed)  # identical initial replicas on every rank
         model = session.wrap(workload.build_model())
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        session.attach(optimizer)  # saved in checkpoints (--checkpoint-every), restored on --resume or a restart
         data = workload.batches(batch_size, session.rank, session.world_size, seed=config.workload.seed)
         for inputs, targets in session.batches(data, steps=steps):
             loss = workload.loss(model(inputs), targets)
             session.backward(loss)
             session.step(optimizer)
+
+
+def check_checkpoints(config: RunConfig, run_dir: str | os.PathLike[str] | None = None) -> None:
+    """What ``dtpo train`` checks of ``--checkpoint-*`` and ``--resume`` before any worker starts: the checkpoint
+    directory is writable, and the checkpoint to resume is complete, of this workload's model and of this
+    number of workers (``config`` with the workload's defaults filled in).
+
+    Raises:
+        ConfigError: One line; nothing is written or overwritten.
+    """
+    from pathlib import Path
+
+    from dtpo.session.checkpoint import check_checkpoint_config, model_fingerprint
+
+    if not config.checkpoint.enabled:
+        return
+    torch.manual_seed(config.workload.seed)
+    fingerprint = model_fingerprint(get_workload(config.workload.name).build_model())
+    folder = run_dir if run_dir is not None else config.launch.run_dir
+    check_checkpoint_config(config.checkpoint, Path(folder) if folder is not None else None,
+                            config.launch.workers, fingerprint)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -56,7 +56,7 @@ class FlushCallback(Callback):
 
     def on_step_end(self, session: Any, step_record: StepRecord) -> None:
         """Flush after the first measured step (so even an early crash leaves a record)."""
-        if step_record.step == self.warmup_steps:
+        if step_record.step == getattr(session, "start_step", 0) + self.warmup_steps:
             self._flush(session, step_record.step + 1)
 
     def on_window_end(self, session: Any, window: Any) -> None:

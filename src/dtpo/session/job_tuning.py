@@ -202,7 +202,7 @@ class JobTuneCallback(Callback):
 
     def on_step_begin(self, session: Any, step: int) -> None:
         """Open a block."""
-        if self._block_start is not None or step < session.config.warmup_steps:
+        if self._block_start is not None or step < getattr(session, "start_step", 0) + session.config.warmup_steps:
             return
         self._energy_start = self._energy(session)
         self._block_start = self.clock()

@@ -122,6 +122,7 @@ class RunLifecycle:
         partial = RunRecord(self.record.run_id, status, self.record.started_at, config=self.record.config,
                             environment=self.record.environment, ranks=[self.rank], error=self.rank.error)
         partial.attempt = self.record.attempt
+        partial.resumed = self.record.resumed
         try:
             write_json_atomic(self.partial_path, partial.to_dict())
             self._write_failed = False

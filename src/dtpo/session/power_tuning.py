@@ -36,7 +36,7 @@ from dtpo.tune.knob import apply_setting, make_knobs
 from dtpo.tune.prior import model_guess, spec_for, within_limits
 from dtpo.tune.profile import JobFingerprint, ProfileStore
 from dtpo.tune.setting import GpuSetting
-from dtpo.tune.stats import Block
+from dtpo.tune.stats import Block, SettingStats
 from dtpo.tune.tuner import Phase, PowerTuner, TunerOptions
 
 log = logging.getLogger(__name__)
@@ -266,6 +266,35 @@ class TuneCallback(Callback):
         return {"choice": run.choice.as_dict(), "model": f"parametric {spec.name}, activity {model.activity:.2f}, "
                 f"memory share {model.memory_fraction:.2f} (assumed), matched to {power:.0f} W per GPU measured "
                 "at the default", "settings": report["settings"]}
+
+    # -- checkpoints -------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps (:mod:`dtpo.session.checkpoint`): once the search holds a choice, the measured
+        settings, so a resumed run holds the same choice at once instead of profiling again."""
+        tuner = self.tuner
+        if tuner is None or not tuner.holding or self.source != "measured":
+            return {"settings": None}
+        rows = [{**s.setting.as_dict(), "blocks": [[b.steps, b.samples, b.time_s, b.energy_j] for b in s.blocks]}
+                for s in tuner.stats.values() if s.measured]
+        return {"settings": rows, "profile": dict(self.profile)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Hold the checkpoint's choice from the start (called after :meth:`on_train_start` built the tuner); the
+        GPUs get it again through the knob controller, whose journal keeps their first original settings."""
+        rows = state.get("settings")
+        if not rows or self.tuner is None or self.controller is None:
+            return
+        measured = {}
+        for row in rows:
+            setting = GpuSetting.from_dict(row)
+            measured[setting] = SettingStats(setting, [Block(int(b[0]), int(b[1]), float(b[2]), float(b[3]))
+                                                       for b in row["blocks"]])
+        choice = self.tuner.start_from_profile(measured)
+        self._profile_checked = self._profile_saved = True
+        self.profile = {**dict(state.get("profile") or {}), "resumed_from_checkpoint": True}
+        if choice != self.applied:
+            self._apply(choice, self.applied)
 
     # -- end ---------------------------------------------------------------------------------------------------
 

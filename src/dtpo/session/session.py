@@ -37,7 +37,16 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from dtpo.core.callbacks import Callback, Window
-from dtpo.core.config import COMPRESSIONS, PRECISIONS, EnergyConfig, KnobConfig, RunConfig, SessionConfig, TuneConfig
+from dtpo.core.config import (
+    COMPRESSIONS,
+    PRECISIONS,
+    CheckpointConfig,
+    EnergyConfig,
+    KnobConfig,
+    RunConfig,
+    SessionConfig,
+    TuneConfig,
+)
 from dtpo.core.errors import ConfigError
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, StepRecord
@@ -46,6 +55,7 @@ from dtpo.dist.comm_timing import GradientComm, changes_numerics
 from dtpo.dist.process_group import DistContext, join, leave
 from dtpo.dist.wrap import wrap_model
 from dtpo.session.builtin_callbacks import ArtifactsCallback, FlushCallback, ProgressCallback
+from dtpo.session.checkpoint import Checkpoints
 from dtpo.session.clock import clock_for
 from dtpo.session.divergence import check_loss
 from dtpo.session.environment import describe_device, environment
@@ -115,8 +125,11 @@ class Session(ProbeSteps):
         summary: Print the summary table on rank 0 at :meth:`finish` (``dtpo launch`` prints it instead).
         count_flops: Count model FLOPs on the first step, for MFU.
         flush_every: Write this rank's partial record every N steps.
+        checkpoint: Checkpoints and resuming (:class:`CheckpointConfig`, see :mod:`dtpo.session.checkpoint`);
+            they need the optimizer: call :meth:`attach` before :meth:`batches`.
         run_config: A whole :class:`~dtpo.core.config.RunConfig` (what :meth:`from_config` passes); its
-            session, energy and knob sections replace the arguments above and it is kept in the record.
+            session, energy, knob, tune and checkpoint sections replace the arguments above and it is kept in
+            the record.
     """
 
     def __init__(self, precision: str = "32-true", strategy: str = "ddp", grad_accum: int = 1,
@@ -127,7 +140,7 @@ class Session(ProbeSteps):
                  knobs: KnobConfig | None = None, tune: TuneConfig | None = None,
                  callbacks: Sequence[Callback] = (), progress: bool = True,
                  summary: bool = True, count_flops: bool = True, flush_every: int = 50,
-                 run_config: RunConfig | None = None) -> None:
+                 checkpoint: CheckpointConfig | None = None, run_config: RunConfig | None = None) -> None:
         configure_logging()
         if run_config is None:
             run_config = RunConfig(
@@ -137,7 +150,7 @@ class Session(ProbeSteps):
                                       max_grad_norm=max_grad_norm, count_flops=count_flops,
                                       flush_every=flush_every),
                 energy=energy if isinstance(energy, EnergyConfig) else EnergyConfig(enabled=bool(energy)),
-                knobs=knobs or KnobConfig(), tune=tune or TuneConfig())
+                knobs=knobs or KnobConfig(), tune=tune or TuneConfig(), checkpoint=checkpoint or CheckpointConfig())
         self.run_config = run_config
         self.config: SessionConfig = run_config.session
         cfg = self.config
@@ -189,6 +202,8 @@ class Session(ProbeSteps):
         self._listeners: dict[str, list[Any]] = {}
         self._listeners_of: list[Callback] | None = None
         self._listened = 0
+        self.start_step = 0  # the step this attempt started at: more than 0 after resuming from a checkpoint
+        self.checkpoints = Checkpoints(run_config.checkpoint, self.ctx, self.run_dir, record.attempt)
 
     @classmethod
     def from_config(cls, config: RunConfig, *, callbacks: Sequence[Callback] = (), **kwargs: Any) -> Session:
@@ -250,6 +265,7 @@ class Session(ProbeSteps):
         if self._model is not None:
             raise RuntimeError("Session.wrap() was already called; one Session trains one model")
         cfg = self.config
+        self.checkpoints.wrapped(module)
         model = wrap_model(module, self.ctx, cfg.strategy, self.comm, compression=cfg.compression,
                            powersgd_rank=cfg.powersgd_rank)
         inner_forward = model.forward
@@ -272,11 +288,37 @@ class Session(ProbeSteps):
         self._model = model
         return model
 
+    def attach(self, *optimizers: torch.optim.Optimizer, **state: Any) -> None:
+        """Name what checkpoints save besides the model: its optimizers, and any other object with
+        ``state_dict()`` / ``load_state_dict()`` (an LR scheduler: ``attach(opt, scheduler=sched)``). Call it
+        before :meth:`batches` when checkpoints are on; a resume restores them too."""
+        self.checkpoints.attach(optimizers, state)
+
+    def resume(self) -> int:
+        """Load the checkpoint to resume from now, rather than when :meth:`batches` starts (every rank together;
+        it needs :meth:`wrap` and :meth:`attach` first). A script that loops over epochs can then start at the
+        right one. Returns the step training continues at (0 without a checkpoint)."""
+        step = self.checkpoints.resume(self)
+        return step if step is not None else 0
+
+    def save_checkpoint(self) -> None:
+        """Save a checkpoint now, between optimizer steps (every rank together); ``--checkpoint-every`` saves
+        by itself. Needs checkpoints configured (at least ``CheckpointConfig(dir=...)``)."""
+        if not self.checkpoints.enabled:
+            raise RuntimeError("no checkpoints configured: pass dtpo.Session(checkpoint=dtpo.CheckpointConfig(...))")
+        if self._micro != 0 or self.timer.batch_ready is not None or self.timer.backward_done:
+            raise RuntimeError("a checkpoint can be saved only between optimizer steps")
+        self.checkpoints.save(self)
+
     def batches(self, iterable: Iterable[Any], steps: int | None = None) -> Iterator[Any]:
         """Yield micro-batches, on this rank's device, until ``steps`` more optimizer steps are done.
 
         With ``grad_accum = k`` every k consecutive micro-batches make one optimizer step. The time spent
         getting each batch is the step's data wait. Call :meth:`backward` and :meth:`step` for each one.
+
+        After a resume from a checkpoint the first call continues where the checkpoint was taken: ``steps``
+        still counts from the start of training, and the iterable is moved to the saved position (replayed, or
+        through its own ``load_state_dict``).
 
         Args:
             iterable: A DataLoader or any iterable of batches (tensors, tuples, dicts of tensors).
@@ -290,8 +332,10 @@ class Session(ProbeSteps):
         if not self._started:
             self._started = True
             self.target_steps = target
+            self.checkpoints.resume(self)
             self._dispatch("on_train_start")
-        iterator = iter(iterable)
+            self.checkpoints.restore_callbacks(self)
+        iterator = self.checkpoints.iterate(iterable)
         timer = self.timer
         while target is None or self._step < target:
             first = self._micro == 0
@@ -364,6 +408,7 @@ class Session(ProbeSteps):
         end = self._clock.mark()
         self._clock.settle()
         self._close_step(end)
+        self.checkpoints.after_step(self)
         return True
 
     def finish(self, error: BaseException | None = None) -> RunRecord | None:
@@ -377,6 +422,10 @@ class Session(ProbeSteps):
         """
         if self.lifecycle.finished:
             return None
+        try:
+            self.checkpoints.close(error)
+        except Exception as exc:  # a checkpoint that could not be completed must not cost the record
+            log.warning("the last checkpoint could not be completed: %s", exc)
         if self._window_steps:
             self._close_window()
         rank_record = self.lifecycle.rank
@@ -511,7 +560,7 @@ class Session(ProbeSteps):
     def _enter_micro_step(self) -> None:
         """Turn off gradient sync on all but the last micro-step; count FLOPs on the first step."""
         accum = self.grad_accum
-        counting = self.config.count_flops and self._step == 0
+        counting = self.config.count_flops and self._step == self.start_step
         if accum == 1 and not counting:
             return
         stack = contextlib.ExitStack()
@@ -539,10 +588,10 @@ class Session(ProbeSteps):
         loss = float(self._loss.float().item()) / self.grad_accum if self._loss is not None else None
         self._loss = None
         step = self._step
-        record = self.timer.close(step, step < self.config.warmup_steps, end, loss)
+        record = self.timer.close(step, step < self.start_step + self.config.warmup_steps, end, loss)
         rank = self.lifecycle.rank
         rank.steps.append(record)
-        if step == 0 and self.config.count_flops:
+        if step == self.start_step and self.config.count_flops:
             rank.flops_per_step = float(self._flops)
         self._step += 1
         self._micro = 0

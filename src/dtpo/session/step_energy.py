@@ -48,7 +48,7 @@ class EnergyCallback(Callback):
 
     def on_step_begin(self, session: Any, step: int) -> None:
         """Open the run window at the start of the first measured step."""
-        if step == self.warmup_steps and not self._open and self._run is None:
+        if step == getattr(session, "start_step", 0) + self.warmup_steps and not self._open and self._run is None:
             snap = self.monitor.snapshot()
             self.monitor.begin_window(RUN_WINDOW, at=snap)
             self.monitor.begin_window(CURRENT_WINDOW, at=snap)

@@ -82,8 +82,13 @@ def run_section(page: Page, data: RunData, sid: str, title: str, level: int = 2)
     out += _tuning_part(page, data, sid, level + 1)
     if record.restarts:
         out.append(page.heading(level + 1, f"{sid}-restarts", "Restarts"))
-        out.append(table(("attempt", "status", "steps", "time", "energy", "error"), [
+        out.append(table(("attempt", "status", "steps", "time", "energy", "resumed from", "steps lost", "recovery",
+                          "recovery energy", "error"), [
             (r.attempt, r.status, "?" if r.steps is None else r.steps, short_value(r.time_s), short_value(r.energy_j),
+             "" if r.resumed_from_step is None else f"step {r.resumed_from_step}",
+             "" if r.steps_lost is None else r.steps_lost,
+             short_value(r.recovery_s) if r.recovery_s is not None else "",
+             short_value(r.recovery_energy_j) if r.recovery_energy_j is not None else "",
              r.error or "") for r in record.restarts]))
     out.append(page.heading(level + 1, f"{sid}-config", "Configuration and environment"))
     out.append(tag("div", join([
