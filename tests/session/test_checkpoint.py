@@ -18,11 +18,11 @@ import dtpo
 from dtpo.core.config import CheckpointConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from dtpo.session.checkpoint import (
+from dtpo.session.checkpoint import model_fingerprint
+from dtpo.session.checkpoint_files import (
     MARKER,
     check_compatible,
     complete_checkpoints,
-    model_fingerprint,
     newest_complete,
     prune,
     read_marker,

@@ -66,7 +66,8 @@ def check_checkpoints(config: RunConfig, run_dir: str | os.PathLike[str] | None 
     """
     from pathlib import Path
 
-    from dtpo.session.checkpoint import check_checkpoint_config, model_fingerprint
+    from dtpo.session.checkpoint import model_fingerprint
+    from dtpo.session.checkpoint_files import check_checkpoint_config
 
     if not config.checkpoint.enabled:
         return
