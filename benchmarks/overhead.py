@@ -151,6 +151,38 @@ def bookkeeping(rank: int, args: argparse.Namespace, out: str) -> None:
     Path(out, "bookkeeping.json").write_text(json.dumps({"extra": extra, "plain": base}))
 
 
+def interleaved_rounds(steps: dict[str, Callable[[], None]], rounds: int, block: int, rank: int
+                       ) -> tuple[dict[str, list[list[float]]], dict[str, list[float]]]:
+    """Run the loops in ``steps`` in turns, one step each in a random order drawn anew every time (the same
+    sequence on every rank), ``block`` turns per round, after one block of warm-up (DDP rebuilds its buckets, a
+    Session passes its warm-up steps).
+
+    Returns:
+        ``wall[name][round]``: that round's step times; ``cpu[name][round]``: that round's CPU seconds.
+    """
+    names = tuple(steps)
+    order = random.Random(1234)
+    for _ in range(block):
+        for name in names:
+            steps[name]()
+    wall: dict[str, list[list[float]]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names:
+            wall[name].append([])
+            cpu[name].append(0.0)
+        for _ in range(block):
+            for name in order.sample(names, len(names)):
+                c0, t0 = cpu_seconds(), time.perf_counter()
+                steps[name]()
+                t1, c1 = time.perf_counter(), cpu_seconds()
+                wall[name][-1].append(t1 - t0)
+                cpu[name][-1] += c1 - c0
+        if rank == 0 and (r + 1) % 10 == 0:
+            print(f"round {r + 1}/{rounds}", flush=True)
+    return wall, cpu
+
+
 def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
@@ -160,26 +192,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
                            energy=_energy(args), compression=args.compression)
     steps = {"plain": plain_step(args.width, rank), "plain-aa": plain_step(args.width, rank),
              "dtpo": dtpo_step(args.width, rank, session)}
-    order = random.Random(1234)  # the same sequence of orders on both ranks
-    for _ in range(args.block):  # warm-up: DDP rebuilds its buckets, the Session passes its warm-up steps
-        for name in LOOPS:
-            steps[name]()
-    # wall[name][round] = that round's step times; cpu[name][round] = that round's CPU seconds
-    wall: dict[str, list[list[float]]] = {name: [] for name in LOOPS}
-    cpu: dict[str, list[float]] = {name: [] for name in LOOPS}
-    for r in range(args.rounds):
-        for name in LOOPS:
-            wall[name].append([])
-            cpu[name].append(0.0)
-        for _ in range(args.block):
-            for name in order.sample(LOOPS, len(LOOPS)):
-                c0, t0 = cpu_seconds(), time.perf_counter()
-                steps[name]()
-                t1, c1 = time.perf_counter(), cpu_seconds()
-                wall[name][-1].append(t1 - t0)
-                cpu[name][-1] += c1 - c0
-        if rank == 0 and (r + 1) % 10 == 0:
-            print(f"round {r + 1}/{args.rounds}", flush=True)
+    wall, cpu = interleaved_rounds(steps, args.rounds, args.block, rank)
     session.finish()
     everyone: list[dict | None] = [None] * world
     dist.all_gather_object(everyone, {"wall": wall, "cpu": cpu})

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import socket
 import statistics
 import sys
@@ -34,7 +33,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import cpu_seconds, describe, dtpo_step  # noqa: E402 - the sibling benchmark's loop and statistics
+from overhead import cpu_seconds, describe, dtpo_step, interleaved_rounds  # noqa: E402 - the sibling benchmark's loop and statistics
 
 import dtpo  # noqa: E402
 from dtpo.core.config import RunConfig, TelemetryConfig  # noqa: E402
@@ -62,26 +61,8 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     # Made in the order off, on, off-aa: a bias from the order of creation (memory placement, thread start)
     # then shows in the A/A control rather than hiding in the on/off ratio.
     sessions = {name: session_for(name, out, name == "on") for name in ("off", "on", "off-aa")}
-    steps = {name: dtpo_step(args.width, rank, session) for name, session in sessions.items()}
-    order = random.Random(1234)  # the same sequence of orders on both ranks
-    for _ in range(args.block):
-        for name in LOOPS:
-            steps[name]()
-    wall: dict[str, list[list[float]]] = {name: [] for name in LOOPS}
-    cpu: dict[str, list[float]] = {name: [] for name in LOOPS}
-    for r in range(args.rounds):
-        for name in LOOPS:
-            wall[name].append([])
-            cpu[name].append(0.0)
-        for _ in range(args.block):
-            for name in order.sample(LOOPS, len(LOOPS)):
-                c0, t0 = cpu_seconds(), time.perf_counter()
-                steps[name]()
-                t1, c1 = time.perf_counter(), cpu_seconds()
-                wall[name][-1].append(t1 - t0)
-                cpu[name][-1] += c1 - c0
-        if rank == 0 and (r + 1) % 10 == 0:
-            print(f"round {r + 1}/{args.rounds}", flush=True)
+    steps = {name: dtpo_step(args.width, rank, sessions[name]) for name in LOOPS}
+    wall, cpu = interleaved_rounds(steps, args.rounds, args.block, rank)
     callback_s = time_metrics_callback(sessions["on"]) if rank == 0 else None
     for session in sessions.values():
         session.finish()
