@@ -312,7 +312,8 @@ def add_recovery(restart: Restart, failed: list[RunRecord], resumed: dict[str, A
         following: The next attempt's rank records.
 
     Fills ``reached_step`` (the furthest step a rank of the failed attempt recorded: a rank killed outright
-    flushed its record earlier than the others), ``resumed_from_step``, ``steps_lost`` (done again),
+    flushed its record earlier than the others; ``steps`` and ``time_s`` are raised to match it),
+    ``resumed_from_step``, ``steps_lost`` (done again),
     ``recovery_s`` (from the failed attempt's last recorded step to the next attempt's end of the step the
     failure happened at, or to its first step when nothing was lost) and ``recovery_energy_j`` (that time at the
     next attempt's average power, estimated).
@@ -324,6 +325,14 @@ def add_recovery(restart: Restart, failed: list[RunRecord], resumed: dict[str, A
     restart.resumed_from_step = start
     if reached is None:
         return restart
+    # A rank killed outright left a partial record from its last flush: the attempt got as far as its furthest
+    # rank, and ran from its first step's start to the furthest recorded end.
+    restart.steps = max(restart.steps or 0, reached)
+    starts = [s.started_at for r in ranks for s in r.steps[:1] if s.started_at is not None]
+    finishes = [s.started_at + s.step_s for r in ranks for s in r.steps[-1:] if s.started_at is not None]
+    if starts and finishes:
+        restart.time_s = Measurement(max(finishes) - min(starts), "s", "measured",
+                                     "from the first step's start to the last recorded step's end, any rank")
     restart.steps_lost = max(0, reached - start)
     ends = [s.started_at + s.step_s for r in ranks for s in r.steps[-1:] if s.started_at is not None]
     begun = max(ends) if ends else (resumed or {}).get("started_unix")
