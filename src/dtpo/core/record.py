@@ -161,7 +161,8 @@ class Restart:
         attempt: The attempt's number (0 for the first).
         status: How it ended: ``"failed"``, ``"interrupted"`` or ``"diverged"``.
         error: The first real error of that attempt (not the SIGTERM the survivors received), if known.
-        steps: Optimizer steps it completed (on its slowest rank), if known.
+        steps: Optimizer steps it completed (its furthest rank, when the restart filled ``reached_step``; else
+            its slowest rank), if known.
         time_s: Wall time it ran.
         energy_j: Energy it used, with its source.
         started_at: ISO-8601 UTC start time, if known.
