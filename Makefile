@@ -11,7 +11,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -c constraints.txt torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,ray]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -43,6 +43,8 @@ bench: $(STAMP)
 # dtpo's tuner against Zeus's GlobalPowerLimitOptimizer on simulated GPUs; installs zeus (the bench extra) if missing.
 bench-zeus: $(STAMP)
 	$(BIN)/python -c "import zeus" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,bench]'
+	@# zeus pulls in amdsmi, which without ROCm's libamd_smi.so breaks `import ray` (KeyError); zeus works without it
+	$(BIN)/python -c "import amdsmi" >/dev/null 2>&1 || $(BIN)/python -m pip uninstall -y -q amdsmi 2>/dev/null || true
 	$(BIN)/python benchmarks/tuner_vs_zeus.py
 
 # Per-rank DVFS for stragglers on simulated jobs (8, 16, 64 GPUs): bloat recovered and slowdown; exit 1 on a missed goal.

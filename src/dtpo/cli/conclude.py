@@ -115,7 +115,7 @@ def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None
         RunEnded: The run was interrupted (exit code 128 + the signal), diverged or failed (exit code 1).
     """
     if outcome.restarts:
-        log.warning("torchrun restarted the workers %d time%s (%s)", outcome.restarts,
+        log.warning("%s restarted the workers %d time%s (%s)", outcome.launcher, outcome.restarts,
                     "s" if outcome.restarts > 1 else "", "; ".join(
                         f"attempt {i}: {error}" for i, error in enumerate(outcome.attempt_errors)))
     if record is not None:

@@ -67,8 +67,10 @@ def resolve(config: RunConfig) -> RunConfig:
         raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
                           f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
     check_tuning(resolved)
-    if resolved.launch.engine == "ray":
-        raise ConfigError("--engine ray is not available in this dtpo yet; use --engine torchrun")
+    if resolved.launch.engine == "ray":  # Ray importable, --ray-address answering: before the run dir is touched
+        from dtpo.cli.ray_launch import check_ray_engine
+
+        resolved = check_ray_engine(resolved)
     if resolved.telemetry.metrics_addr is not None:  # an address in use fails here, not in a worker
         from dtpo.telemetry.metrics_server import check_metrics_addr
 
@@ -141,9 +143,14 @@ def _training_device() -> str:
 
 
 def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
-    """Train ``config`` (already resolved) on ``config.launch.workers`` local processes through ``dtpo launch``."""
+    """Train ``config`` (already resolved) on ``config.launch.workers`` local processes through ``dtpo launch``,
+    or through Ray Train with ``--engine ray``."""
     from dtpo.dist.launch import launch, parse_launch_args, worker_environment
 
+    if config.launch.engine == "ray":
+        from dtpo.cli.ray_launch import launch_ray_training
+
+        return launch_ray_training(config, run_dir)
     path = config.replace(launch={"run_dir": str(run_dir)}).save(run_dir / CONFIG_FILE)
     argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir),
             "-m", "dtpo.examples.train"]

@@ -116,6 +116,7 @@ class LaunchOutcome:
             twice and then successful has two).
         recorded: False when the run directory held nothing once the workers ended (a script without
             ``dtpo.Session``, or workers that failed before measuring); the empty directory is removed.
+        launcher: What started and restarted the workers: ``"torchrun"``, or ``"Ray Train"`` (``--engine ray``).
     """
 
     run_dir: Path | None
@@ -125,6 +126,7 @@ class LaunchOutcome:
     restarts: int = 0
     attempt_errors: tuple[str, ...] = ()
     recorded: bool = True
+    launcher: str = "torchrun"
 
     @property
     def interrupted(self) -> bool:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Sequence
 
 import torch
 
 import dtpo
+from dtpo.core.callbacks import Callback
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError, DtpoError
 from dtpo.core.logs import configure_logging
@@ -35,15 +37,15 @@ def load_config(argv: list[str]) -> RunConfig:
     return RunConfig.load(path) if path else RunConfig()
 
 
-def train(config: RunConfig) -> None:
+def train(config: RunConfig, callbacks: Sequence[Callback] = ()) -> None:
     """Build the workload, train it for its steps, write the record (``config`` with the workload's defaults
-    filled in: :func:`~dtpo.examples.with_workload_defaults`)."""
+    filled in: :func:`~dtpo.examples.with_workload_defaults`); ``callbacks`` go to the Session (the Ray engine's)."""
     workload = get_workload(config.workload.name)
     steps, batch_size, lr = config.workload.steps, config.workload.batch_size, config.workload.lr
     assert steps is not None and batch_size is not None and lr is not None, "call with_workload_defaults first"
     if config.launch.threads_per_worker is not None:
         torch.set_num_threads(config.launch.threads_per_worker)
-    session = dtpo.Session.from_config(config)
+    session = dtpo.Session.from_config(config, callbacks=callbacks)
     with session:
         torch.manual_seed(config.workload.seed)  # identical initial replicas on every rank
         model = session.wrap(workload.build_model())

@@ -34,8 +34,8 @@ def environment(ctx: DistContext) -> dict[str, Any]:
         "world_size": ctx.world_size,
         "local_world_size": ctx.local_world_size,
         "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)) if ctx.distributed else 1,
-        "launcher": "dtpo launch" if os.environ.get("DTPO_LAUNCHED") else (
-            "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python"),
+        "launcher": os.environ.get("DTPO_LAUNCHER") or ("dtpo launch" if os.environ.get("DTPO_LAUNCHED") else (
+            "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python")),  # DTPO_LAUNCHER: "ray" (Ray Train)
     }
     if ctx.device.type == "cuda":
         env["cuda"] = torch.version.cuda
