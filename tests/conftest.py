@@ -83,6 +83,8 @@ def train_behind_a_straggler(session: Any, rank: int, steps: int, lag_s: float, 
     torch.manual_seed(0)
     model = session.wrap(nn.Linear(8, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    if session.checkpoints.enabled:
+        session.attach(opt)
     batch = (torch.randn(4, 8), torch.randint(0, 2, (4,)))
 
     def data() -> Any:

@@ -19,8 +19,8 @@ from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
 from dtpo.dist.run_dir import prepare_run_dir
 from dtpo.telemetry.artifacts import write_report_beside
 from dtpo.telemetry.scaling import BENCH_SCHEMA, bench_table, scaling_rows
-from dtpo.telemetry.store import check_store_path
 from dtpo.telemetry.store_figures import config_kind
+from dtpo.telemetry.store_paths import check_store_path
 from dtpo.telemetry.summary import make_console
 
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import typer
 from dtpo.cli.register import check_result_target, save_result
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
-from dtpo.telemetry.store import now_iso
+from dtpo.telemetry.store_paths import now_iso
 from dtpo.telemetry.summary import make_console
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from dtpo.core.errors import ConfigError
-from dtpo.telemetry.store import RunStore, StoredRun, StoreMissing, store_path
+from dtpo.telemetry.store import RunStore, StoredRun
 from dtpo.telemetry.store_figures import Figure
+from dtpo.telemetry.store_paths import StoreMissing, store_path
 from dtpo.telemetry.store_query import Comparison, FigureDiff
 from dtpo.telemetry.store_reindex import reindex
 from dtpo.telemetry.summary import format_value, make_console

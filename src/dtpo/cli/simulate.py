@@ -55,7 +55,7 @@ from dtpo.plan.simulated_job import (
     sweep_values,
 )
 from dtpo.plan.simulated_job import Progress as StepsDone
-from dtpo.telemetry.store import now_iso
+from dtpo.telemetry.store_paths import now_iso
 from dtpo.telemetry.summary import make_console
 from dtpo.tune.cost import CostMetric, parse_cost
 from dtpo.tune.straggler_sim import PATTERNS, StragglerJob

@@ -23,8 +23,8 @@ from dtpo.core.config import CONFIG_FILE, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
 from dtpo.dist.run_dir import prepare_run_dir
-from dtpo.telemetry.store import check_store_path
 from dtpo.telemetry.store_figures import config_kind
+from dtpo.telemetry.store_paths import check_store_path
 
 if TYPE_CHECKING:
     from dtpo.dist.launch import LaunchOutcome

@@ -23,20 +23,17 @@ the record keeps it, and ``dtpo train --config RUN_DIR/config.json`` (or a TOML 
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import inspect
 import json
 import math
 import os
-import textwrap
 import tomllib
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dtpo.core.config_section import Section, field_docs, flag
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
 
@@ -62,91 +59,8 @@ MAX_RESTARTS = 1000
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def flag(name: str, *, short: str | None = None) -> dict[str, Any]:
-    """Field metadata naming the field's command-line flag, e.g. ``field(default=1, metadata=flag("--steps"))``."""
-    return {"flag": name, "short": short}
-
-
-@functools.cache
-def field_docs(cls: type) -> dict[str, str]:
-    """The documentation string written right under each field of a dataclass, by field name."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs: dict[str, str] = {}
-    for node, after in zip(body, body[1:], strict=False):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
-            docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
-
-
-class _Section:
-    """Shared checks of the config sections; each names the failing field as ``section.field (--flag)``."""
-
-    SECTION: ClassVar[str] = ""
-
-    def _fail(self, name: str, problem: str) -> ConfigError:
-        meta = next((f.metadata for f in dataclasses.fields(self) if f.name == name), {})  # type: ignore[arg-type]
-        hint = f" ({meta['flag']})" if meta.get("flag") else ""
-        return ConfigError(f"{self.SECTION}.{name} {problem}{hint}")
-
-    def _check_type(self, name: str, kind: type, optional: bool) -> Any:
-        value = getattr(self, name)
-        if value is None and optional:
-            return None
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-            setattr(self, name, value)
-        ok = isinstance(value, kind) and not (kind is not bool and isinstance(value, bool))
-        if not ok:
-            raise self._fail(name, f"must be {_kind_name(kind)}{' or null' if optional else ''}, got {value!r}")
-        if kind is float and not math.isfinite(value):
-            raise self._fail(name, f"must be a finite number, got {value!r}")
-        return value
-
-    def _int(self, name: str, low: int, high: int | None = None, optional: bool = False) -> None:
-        value = self._check_type(name, int, optional)
-        if value is None:
-            return
-        if value < low:
-            raise self._fail(name, f"must be >= {low}, got {value}")
-        if high is not None and value > high:
-            raise self._fail(name, f"must be <= {high:,}, got {value:,}")
-
-    def _float(self, name: str, *, positive: bool = False, minimum: float | None = None,
-               maximum: float | None = None, optional: bool = False) -> None:
-        value = self._check_type(name, float, optional)
-        if value is None:
-            return
-        if positive and value <= 0:
-            raise self._fail(name, f"must be positive, got {value:g}")
-        if minimum is not None and value < minimum:
-            raise self._fail(name, f"must be >= {minimum:g}, got {value:g}")
-        if maximum is not None and value > maximum:
-            raise self._fail(name, f"must be <= {maximum:g}, got {value:g}")
-
-    def _choice(self, name: str, choices: tuple[str, ...]) -> None:
-        value = getattr(self, name)
-        if value not in choices:
-            raise self._fail(name, f"must be one of {', '.join(choices)}, got {value!r}")
-
-    def _bool(self, name: str) -> None:
-        self._check_type(name, bool, False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-
-def _kind_name(kind: type) -> str:
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(kind, kind.__name__)
-
-
 @dataclass(kw_only=True)
-class WorkloadConfig(_Section):
+class WorkloadConfig(Section):
     """What to train (the built-in example workloads of ``dtpo train``)."""
 
     SECTION: ClassVar[str] = "workload"
@@ -171,7 +85,7 @@ class WorkloadConfig(_Section):
 
 
 @dataclass(kw_only=True)
-class SessionConfig(_Section):
+class SessionConfig(Section):
     """How a :class:`~dtpo.session.session.Session` trains and measures."""
 
     SECTION: ClassVar[str] = "session"
@@ -214,7 +128,7 @@ class SessionConfig(_Section):
 
 
 @dataclass(kw_only=True)
-class EnergyConfig(_Section):
+class EnergyConfig(Section):
     """How a Session measures energy and what it costs."""
 
     SECTION: ClassVar[str] = "energy"
@@ -242,7 +156,7 @@ class EnergyConfig(_Section):
 
 
 @dataclass(kw_only=True)
-class KnobConfig(_Section):
+class KnobConfig(Section):
     """GPU knobs held on each rank's GPU for the run and restored at its end (or by the next dtpo start)."""
 
     SECTION: ClassVar[str] = "knobs"
@@ -266,7 +180,7 @@ class KnobConfig(_Section):
 
 
 @dataclass(kw_only=True)
-class TuneConfig(_Section):
+class TuneConfig(Section):
     """Tuning GPU knobs while the job trains, toward a cost metric (see ``dtpo.tune``)."""
 
     SECTION: ClassVar[str] = "tune"
@@ -328,7 +242,7 @@ class TuneConfig(_Section):
 
 
 @dataclass(kw_only=True)
-class LaunchConfig(_Section):
+class LaunchConfig(Section):
     """How ``dtpo train`` starts its local workers."""
 
     SECTION: ClassVar[str] = "launch"
@@ -371,7 +285,7 @@ class LaunchConfig(_Section):
 
 
 @dataclass(kw_only=True)
-class TelemetryConfig(_Section):
+class TelemetryConfig(Section):
     """Where a run shows up besides its record: the run store, live metrics, traces and the HTML report."""
 
     SECTION: ClassVar[str] = "telemetry"
@@ -399,7 +313,7 @@ class TelemetryConfig(_Section):
 
 
 @dataclass(kw_only=True)
-class CheckpointConfig(_Section):
+class CheckpointConfig(Section):
     """Checkpoints through torch.distributed.checkpoint, and resuming from them (see dtpo.session.checkpoint)."""
 
     SECTION: ClassVar[str] = "checkpoint"
@@ -482,7 +396,7 @@ def parse_metrics_addr(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-SECTIONS: dict[str, type[_Section]] = {
+SECTIONS: dict[str, type[Section]] = {
     "workload": WorkloadConfig, "session": SessionConfig, "energy": EnergyConfig, "knobs": KnobConfig,
     "tune": TuneConfig, "launch": LaunchConfig, "telemetry": TelemetryConfig, "checkpoint": CheckpointConfig,
 }

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from dtpo.dist.compression import COMPRESSIONS, InnerHook, changes_numerics, check_compression, inner_hook
+from dtpo.dist.compression import COMPRESSIONS, InnerHook, PowerSGDHook, changes_numerics, check_compression, inner_hook
 
 __all__ = ["COMPRESSIONS", "GradientComm", "changes_numerics"]
 
@@ -63,6 +63,7 @@ class GradientComm:
         self._handles: list[Any] = []
         self._dispatching = False  # a Python comm hook is registered on the model
         self._inner: InnerHook | None = None
+        self._powersgd: PowerSGDHook | None = None  # the PowerSGD in force (whether or not it has started)
 
     @property
     def attached(self) -> bool:
@@ -119,8 +120,26 @@ class GradientComm:
             if self._dispatching:
                 self._inner = self._powersgd_when_ready(model, powersgd_rank, error_feedback) \
                     if name == "powersgd" else inner_hook(name, model.process_group)
+        if name != "powersgd":
+            self._powersgd = None
         log.debug("gradient compression %s -> %s", self.compression, name)
         self.compression, self.powersgd_rank, self.error_feedback = name, powersgd_rank, error_feedback
+
+    def powersgd_state(self) -> dict[str, Any] | None:
+        """PowerSGD's state in force (error feedback and warm-start factors of this rank), for a checkpoint;
+        ``None`` with another compression."""
+        return self._powersgd.state_dict() if self._powersgd is not None else None
+
+    def load_powersgd_state(self, saved: dict[str, Any] | None) -> None:
+        """Continue PowerSGD from a checkpoint's :meth:`powersgd_state` (after switching to the same PowerSGD).
+
+        PowerSGD starts once DDP has settled its buckets, so the first step after a resume is all-reduced exactly,
+        as at the start of any run; the restored error feedback is added from the next step on.
+        """
+        if saved is None or self._powersgd is None or self._model is None:
+            return
+        device = next(self._model.module.parameters()).device
+        self._powersgd.load_state_dict(saved, device)
 
     def _stamp(self, param: torch.Tensor) -> None:
         self.last_ready = self._mark()
@@ -136,7 +155,9 @@ class GradientComm:
 
         PowerSGD keeps error feedback per bucket, so it must not start before the bucket layout is final.
         """
-        powersgd = inner_hook("powersgd", model.process_group, rank, self._backend, error_feedback)
+        powersgd = PowerSGDHook(model.process_group, rank, in_order=self._backend != "nccl",
+                                error_feedback=error_feedback)
+        self._powersgd = powersgd
         plain = inner_hook("none", model.process_group)
 
         def hook(bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

@@ -30,7 +30,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_
 from dtpo.core.config import COMPRESSIONS
 from dtpo.core.errors import ConfigError
 
-__all__ = ["COMPRESSIONS", "POWERSGD_RANKS", "InnerHook", "changes_numerics", "check_compression", "inner_hook"]
+__all__ = ["COMPRESSIONS", "POWERSGD_RANKS", "InnerHook", "PowerSGDHook", "changes_numerics", "check_compression",
+           "inner_hook"]
 
 POWERSGD_RANKS: tuple[int, ...] = (1, 2, 3, 4)
 """Matrix approximation ranks offered for PowerSGD (higher: closer to the exact mean, more traffic)."""
@@ -101,26 +102,63 @@ def inner_hook(compression: str, process_group: Any, powersgd_rank: int = 1, bac
     if compression == "bf16":
         return lambda bucket: default_hooks.bf16_compress_hook(process_group, bucket)
     if compression == "powersgd":
+        return PowerSGDHook(process_group, powersgd_rank, in_order=backend != "nccl", error_feedback=error_feedback)
+    _check_name(compression)
+    raise AssertionError(compression)  # unreachable: every name in COMPRESSIONS is handled above
+
+
+class PowerSGDHook:
+    """PowerSGD for one DDP model (a callable :data:`InnerHook`), with its state (error feedback, warm-start
+    factors) readable and restorable for checkpoints.
+
+    Args:
+        process_group: The DDP model's process group.
+        powersgd_rank: The matrix approximation rank.
+        in_order: Finish each bucket before the next (every backend but NCCL; see :meth:`__call__`).
+        error_feedback: Keep each rank's compression error for the next step.
+    """
+
+    KEPT = ("error_dict", "p_memory_dict", "q_memory_dict", "iter", "rng", "total_numel_before_compression",
+            "total_numel_after_compression")
+    """The parts of ``PowerSGDState`` that change as training goes (the rest is configuration)."""
+
+    def __init__(self, process_group: Any, powersgd_rank: int, in_order: bool, error_feedback: bool = True) -> None:
         # PowerSGD refuses to start before the second iteration because DDP rebuilds its buckets after the
         # first one, which would change the shapes error feedback is kept for. The caller only reaches this
         # hook once the buckets are final (see GradientComm), so it starts at once.
-        state = powerSGD_hook.PowerSGDState(process_group=process_group, matrix_approximation_rank=powersgd_rank,
-                                            start_powerSGD_iter=2, use_error_feedback=error_feedback,
-                                            warm_start=True)
-        state.iter = state.start_powerSGD_iter
-        if backend == "nccl":
-            return lambda bucket: powerSGD_hook.powerSGD_hook(state, bucket)
+        self.state = powerSGD_hook.PowerSGDState(process_group=process_group,
+                                                 matrix_approximation_rank=powersgd_rank, start_powerSGD_iter=2,
+                                                 use_error_feedback=error_feedback, warm_start=True)
+        self.state.iter = self.state.start_powerSGD_iter
+        self.in_order = in_order
 
-        def in_order(bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    def __call__(self, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        """Compress and all-reduce one bucket."""
+        fut = powerSGD_hook.powerSGD_hook(self.state, bucket)
+        if self.in_order:
             # PowerSGD issues its second and third all-reduce from callbacks of the first. A gloo future
             # completes on a gloo thread, so with several buckets in flight the ranks could issue collectives
             # in different orders (gloo aborts: "Received data size doesn't match expected size"). Finishing
             # each bucket before DDP hands over the next keeps the order; it gives up overlapping PowerSGD's
             # communication with the rest of backward. (NCCL runs the callbacks as the work is enqueued.)
-            fut = powerSGD_hook.powerSGD_hook(state, bucket)
             fut.wait()
-            return fut
+        return fut
 
-        return in_order
-    _check_name(compression)
-    raise AssertionError(compression)  # unreachable: every name in COMPRESSIONS is handled above
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's error feedback and warm-start factors (per bucket index, on the CPU), the iteration and
+        the random state that draws new factors."""
+        def cpu(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: v.detach().cpu().clone() for k, v in value.items()}
+            return value
+
+        return {name: cpu(getattr(self.state, name)) for name in self.KEPT}
+
+    def load_state_dict(self, saved: dict[str, Any], device: torch.device) -> None:
+        """Put back what :meth:`state_dict` returned (tensors onto ``device``). The bucket indices must be those of
+        the same model's settled buckets, which DDP lays out alike in every run of it."""
+        for name in self.KEPT:
+            value = saved[name]
+            if isinstance(value, dict):
+                value = {k: v.to(device) for k, v in value.items()}
+            setattr(self.state, name, value)

@@ -7,9 +7,11 @@ What a checkpoint holds:
 * for every rank (under its own key ``rankN``, so no rank reads another's): the data position (loader batches
   consumed by the current ``Session.batches`` call, or the iterable's own ``state_dict`` where it has one, as
   torchdata's ``StatefulDataLoader`` does), the RNG states (torch CPU and CUDA, Python's ``random``, NumPy),
-  the gradient scaler, the Session's switches (precision, accumulation, compression), the state of every
-  callback that has ``state_dict`` / ``load_state_dict`` (the GPU-knob tuner's measurements, ...), the objects
-  given to :meth:`~dtpo.session.session.Session.attach`, and the progress so far (step, time, energy).
+  the gradient scaler, the Session's switches (precision, accumulation, compression) with PowerSGD's error
+  feedback, the state of every callback that has ``state_dict`` / ``load_state_dict`` (the power tuner's and the
+  job-knob tuner's measurements once they hold a choice, the straggler policy's memory and this rank's clock
+  lock), the objects given to :meth:`~dtpo.session.session.Session.attach`, and the progress so far (step, time,
+  energy).
 
 On disk, ``CKPT_DIR/step-000120/`` is DCP's folder plus a ``COMPLETE`` marker (JSON: step, world size, the
 model's fingerprint, the size of every file, dtpo and torch versions, time). Every rank writes into
@@ -337,6 +339,8 @@ class Checkpoints:
         if session.comm is not None and (saved["compression"], saved["powersgd_rank"]) != (
                 session.comm.compression, session.comm.powersgd_rank):
             session.comm.set_compression(saved["compression"], powersgd_rank=saved["powersgd_rank"])
+        if session.comm is not None:
+            session.comm.load_powersgd_state(saved.get("powersgd"))
         session.switch_log[:] = list(saved["switch_log"])
         for name, obj in self.extra.items():
             if name in state["extra"]:
@@ -479,6 +483,7 @@ class Checkpoints:
                         "loader_batches": session._loader_batches,  # noqa: SLF001
                         "compression": comm.compression if comm is not None else "none",
                         "powersgd_rank": comm.powersgd_rank if comm is not None else 1,
+                        "powersgd": comm.powersgd_state() if comm is not None else None,
                         "switch_log": list(session.switch_log)},
             "callbacks": {key: cb.state_dict() for key, cb in _stateful_callbacks(session)},
             "extra": {name: obj.state_dict() for name, obj in self.extra.items()},

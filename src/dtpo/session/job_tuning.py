@@ -37,7 +37,7 @@ from dtpo.session.probe import ProbeRequest, ProbeResult
 from dtpo.tune.cost import CostContext, parse_cost
 from dtpo.tune.guard import GuardOptions, Verdict, cosine_similarity, judge_loss, judge_probe
 from dtpo.tune.job_setting import JobSetting, JobSpace, job_knobs
-from dtpo.tune.stats import Block
+from dtpo.tune.stats import Block, SettingStats
 from dtpo.tune.tuner import Phase, PowerTuner, TunerOptions
 
 log = logging.getLogger(__name__)
@@ -106,6 +106,8 @@ class JobTuneCallback(Callback):
         self._steps = self._samples = 0
         self._block_losses: list[float] = []
         self._block_tail = self._block_step_s = 0.0
+        self._resumed: dict[str, Any] | None = None  # a checkpoint's state, until the tuner is built
+        self.resumed: str | None = None  # what a resume did to the search, for the record
 
     # -- start ---------------------------------------------------------------------------------------------
 
@@ -124,9 +126,9 @@ class JobTuneCallback(Callback):
         """The tuner, from the first block at the starting setting: its samples per step size the accumulation
         choices, and its power stands in for the job's maximum power in Zeus's cost (what an hour costs)."""
         comm = session.comm
-        default = JobSetting(session.precision.name, session.grad_accum,
-                             comm.compression if comm is not None else "none",
-                             comm.powersgd_rank if comm is not None else 1)
+        in_force = _in_force(session)
+        saved = self._resumed
+        default = JobSetting.from_dict(saved["default"]) if saved else in_force
         precisions = self._usable_precisions(session)
         compressions: tuple[str, ...] = ("none",)
         if comm is not None:
@@ -161,7 +163,9 @@ class JobTuneCallback(Callback):
             expected_s = session.target_steps * first.time_s / first.steps
             self.options = replace(self.options, min_wait_s=min(self.options.min_wait_s, 0.05 * expected_s))
         self.tuner = PowerTuner(job_knobs(names, self._space), self.metric, context, default, self.options)
-        self.applied = default
+        self.applied = in_force
+        if saved:
+            self._resume_search(session, saved)
         return self.tuner
 
     def _usable_precisions(self, session: Any) -> tuple[str, ...]:
@@ -202,6 +206,11 @@ class JobTuneCallback(Callback):
 
     def on_step_begin(self, session: Any, step: int) -> None:
         """Open a block."""
+        saved = self._resumed
+        if saved and not saved["holding"] and self.tuner is None and _in_force(session) != (
+                default := JobSetting.from_dict(saved["default"])):
+            self.applied = _in_force(session)
+            self._apply(session, default)  # a search cut short starts again from the starting setting
         if self._block_start is not None or step < getattr(session, "start_step", 0) + session.config.warmup_steps:
             return
         self._energy_start = self._energy(session)
@@ -383,6 +392,46 @@ class JobTuneCallback(Callback):
         self.applied = setting
         self._since_switch = 0
 
+    # -- checkpoints ---------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps (:mod:`dtpo.session.checkpoint`): the starting setting, the guard's verdicts and
+        the trajectory; once the search holds a choice, also the measured settings, so a resumed run holds the
+        same choice at once instead of profiling (and probing) again."""
+        tuner = self.tuner
+        if tuner is None:
+            return {"default": None}
+        holding = tuner.holding
+        return {"default": tuner.default.as_dict(), "holding": holding,
+                "settings": [st.as_row() for st in tuner.stats.values() if st.measured] if holding else None,
+                "verdicts": [[setting.as_dict(), verdict.as_dict()] for setting, verdict in self.verdicts.items()],
+                "comm": [[setting.as_dict(), list(c)] for setting, c in self._comm.items()],
+                "screened": dict(self.screened), "trajectory": list(self.trajectory)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take a checkpoint's state; the search resumes once the first block has measured the job again (the
+        tuner is built then): holding the saved choice, or searching again from the saved starting setting."""
+        if state.get("default") is None:
+            return
+        self._resumed = state
+        self.verdicts = {JobSetting.from_dict(s): Verdict(**v) for s, v in state["verdicts"]}
+        self._comm = {JobSetting.from_dict(s): list(c) for s, c in state["comm"]}
+        self.screened = dict(state["screened"])
+        self.trajectory = list(state["trajectory"])
+
+    def _resume_search(self, session: Any, saved: dict[str, Any]) -> None:
+        tuner = self.tuner
+        assert tuner is not None
+        self._resumed = None
+        if not saved["holding"]:
+            self.resumed = "the search was cut short by the restart: it started again from the starting setting"
+            return
+        measured = {st.setting: st for st in (SettingStats.from_row(row, JobSetting) for row in saved["settings"])}
+        choice = tuner.start_from_profile(measured)
+        self.resumed = f"held the checkpoint's choice ({choice.label}) without profiling again"
+        if choice != self.applied:
+            self._apply(session, choice)
+
     # -- end -----------------------------------------------------------------------------------------------------
 
     def on_rank_end(self, session: Any, rank_record: Any) -> None:
@@ -407,4 +456,13 @@ class JobTuneCallback(Callback):
                                    "feedback_passes": self.guard.feedback_passes}
         report["allow_batch_change"] = self.config.allow_batch_change
         report["trajectory"] = self.trajectory
+        if self.resumed is not None:
+            report["resumed"] = self.resumed
         rank_record.tuning = {**base, **report}
+
+
+def _in_force(session: Any) -> JobSetting:
+    """The Session's precision, accumulation and compression now."""
+    comm = session.comm
+    return JobSetting(session.precision.name, session.grad_accum, comm.compression if comm is not None else "none",
+                      comm.powersgd_rank if comm is not None else 1)

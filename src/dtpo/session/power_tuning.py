@@ -275,8 +275,7 @@ class TuneCallback(Callback):
         tuner = self.tuner
         if tuner is None or not tuner.holding or self.source != "measured":
             return {"settings": None}
-        rows = [{**s.setting.as_dict(), "blocks": [[b.steps, b.samples, b.time_s, b.energy_j] for b in s.blocks]}
-                for s in tuner.stats.values() if s.measured]
+        rows = [s.as_row() for s in tuner.stats.values() if s.measured]
         return {"settings": rows, "profile": dict(self.profile)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -285,11 +284,7 @@ class TuneCallback(Callback):
         rows = state.get("settings")
         if not rows or self.tuner is None or self.controller is None:
             return
-        measured = {}
-        for row in rows:
-            setting = GpuSetting.from_dict(row)
-            measured[setting] = SettingStats(setting, [Block(int(b[0]), int(b[1]), float(b[2]), float(b[3]))
-                                                       for b in row["blocks"]])
+        measured = {stats.setting: stats for stats in map(SettingStats.from_row, rows)}
         choice = self.tuner.start_from_profile(measured)
         self._profile_checked = self._profile_saved = True
         self.profile = {**dict(state.get("profile") or {}), "resumed_from_checkpoint": True}

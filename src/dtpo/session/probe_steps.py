@@ -94,21 +94,3 @@ class ProbeSteps:
         optimizer.zero_grad(set_to_none=True)
         self._loss = None
         self._probe_state = None
-
-    def set_compression(self, name: str, powersgd_rank: int | None = None, *, error_feedback: bool = True) -> None:
-        """Compress gradients with ``name`` (``none``, ``fp16``, ``bf16``, ``powersgd``) from the next step on.
-
-        Raises:
-            ConfigError: Not a DDP run with several processes, or the backend cannot do it (16-bit floats on MPI).
-        """
-        self._check_between_steps("compression")
-        if self.comm is None:
-            if name == "none":
-                return
-            raise ConfigError(f"compression {name!r} needs DDP with more than one process "
-                              f"(strategy {self.config.strategy}, {self.world_size} process(es))")
-        rank = powersgd_rank or self.config.powersgd_rank
-        self.comm.set_compression(name, powersgd_rank=rank, error_feedback=error_feedback)
-        label = f"powersgd-{rank}" + ("" if error_feedback else "-no-ef") if name == "powersgd" else name
-        self._log_switch("compression", label)
-

@@ -28,7 +28,6 @@ import logging
 import os
 import types
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,8 +37,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dtpo.core.callbacks import Callback, Window
 from dtpo.core.config import (
-    COMPRESSIONS,
-    PRECISIONS,
     CheckpointConfig,
     EnergyConfig,
     KnobConfig,
@@ -51,7 +48,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, StepRecord
 from dtpo.devices.discovery import discover
-from dtpo.dist.comm_timing import GradientComm, changes_numerics
+from dtpo.dist.comm_timing import GradientComm
 from dtpo.dist.process_group import DistContext, join, leave
 from dtpo.dist.wrap import wrap_model
 from dtpo.session.builtin_callbacks import ArtifactsCallback, FlushCallback, ProgressCallback
@@ -70,6 +67,7 @@ from dtpo.session.probe_steps import ProbeSteps
 from dtpo.session.rebatch import cut_batch, join_batches
 from dtpo.session.step_energy import EnergyCallback
 from dtpo.session.straggler_tuning import StragglerCallback
+from dtpo.session.switches import Switches
 from dtpo.session.timer import StepTimer
 from dtpo.telemetry.summary import print_summary
 
@@ -79,25 +77,7 @@ log = logging.getLogger(__name__)
 _HOOKS = ("on_train_start", "on_step_begin", "on_step_end", "on_window_end", "on_rank_end", "on_train_end")
 
 
-@dataclass(frozen=True)
-class Switch:
-    """A setting the Session can change between optimizer steps.
-
-    Attributes:
-        name: ``"precision"``, ``"grad_accum"`` or ``"compression"``.
-        value: The current setting.
-        choices: The settings it accepts (``None``: any integer >= 1).
-        changes_numerics: Whether the current setting computes different numbers than the reference
-            (32-true, no compression, the configured accumulation).
-    """
-
-    name: str
-    value: Any
-    choices: tuple[Any, ...] | None
-    changes_numerics: bool
-
-
-class Session(ProbeSteps):
+class Session(ProbeSteps, Switches):
     """One rank's view of a data-parallel training run.
 
     Args:
@@ -449,48 +429,6 @@ class Session(ProbeSteps):
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         self.finish(error=exc)
 
-    # -- settings that may change between optimizer steps ---------------------------------------------
-
-    @property
-    def switches(self) -> dict[str, Switch]:
-        """The settings a tuner may change between optimizer steps, with whether each changes numerics."""
-        comm = self.comm
-        compression = comm.compression if comm is not None else "none"
-        return {
-            "precision": Switch("precision", self.precision.name, PRECISIONS, self.precision.changes_numerics),
-            "grad_accum": Switch("grad_accum", self.grad_accum, None, self.grad_accum != self.config.grad_accum),
-            "compression": Switch("compression", compression, COMPRESSIONS if comm is not None else ("none",),
-                                  changes_numerics(compression)),
-        }
-
-    def set_precision(self, name: str) -> None:
-        """Train in precision ``name`` from the next micro-batch on (changes numerics unless ``32-true``)."""
-        self._check_between_steps("precision")
-        if name == self.precision.name:
-            return
-        self.precision = Precision(name, self.device)
-        self._log_switch("precision", name)
-
-    def set_grad_accum(self, micro_batches: int, *, keep_global_batch: bool = False) -> None:
-        """Take ``micro_batches`` micro-batches per optimizer step from the next step on.
-
-        Args:
-            micro_batches: Micro-batches per optimizer step.
-            keep_global_batch: Keep the samples of each step: the Session joins the loader batches a step took
-                so far and cuts them into ``micro_batches`` equal micro-batches (:mod:`dtpo.session.rebatch`),
-                which leaves every update as it was. Otherwise each loader batch stays a micro-batch, so the
-                global batch (and the optimisation) changes with the accumulation.
-        """
-        self._check_between_steps("grad_accum")
-        if isinstance(micro_batches, bool) or not isinstance(micro_batches, int) or micro_batches < 1:
-            raise ConfigError(f"grad_accum must be an integer >= 1, got {micro_batches!r}")
-        if not keep_global_batch:
-            self._loader_batches = micro_batches
-        if micro_batches == self.grad_accum:
-            return
-        self.grad_accum = micro_batches
-        self._log_switch("grad_accum", micro_batches)
-
     def _next_micro_batch(self, iterator: Iterator[Any]) -> Any:
         """The next micro-batch: the loader's own, or one re-cut from the step's loader batches."""
         if self.grad_accum == self._loader_batches:
@@ -546,16 +484,6 @@ class Session(ProbeSteps):
             listeners = self._listeners[hook]
         for method in listeners:
             method(self, *args)
-
-    def _check_between_steps(self, what: str) -> None:
-        if self._micro != 0 or self.timer.batch_ready is not None or self.timer.backward_done:
-            raise RuntimeError(f"{what} can change only between optimizer steps (not inside an accumulation "
-                               "window or between backward and step)")
-
-    def _log_switch(self, name: str, value: Any) -> None:
-        self.switch_log.append({"step": self._step, "setting": name, "value": value})
-        if self.is_main:
-            log.info("from step %d: %s = %s", self._step, name, value)
 
     def _enter_micro_step(self) -> None:
         """Turn off gradient sync on all but the last micro-step; count FLOPs on the first step."""

@@ -108,6 +108,31 @@ class StragglerCallback(SlackCallback):
         self.changes.append({"window": slack.index, "step": slack.first_step + slack.steps,
                              "clock_mhz": wanted, "critical_rank": slack.critical_rank})
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps (:mod:`dtpo.session.checkpoint`): the policy's memory, this rank's lock and its
+        changes so far."""
+        if self.policy is None:
+            return {"policy": None}
+        return {"policy": self.policy.state_dict(), "lock": self.lock, "changes": list(self.changes)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where the checkpoint left off (after :meth:`on_train_start`): the policy's memory back, and this
+        rank's lock applied again through the journaled knob controller."""
+        if state.get("policy") is None or self.policy is None or self.controller is None:
+            return
+        self.policy.load_state_dict(state["policy"])
+        self.changes = list(state["changes"])
+        lock = state["lock"]
+        if lock is not None:
+            try:
+                for gpu in self.gpus:
+                    self.controller.lock_sm_clock(gpu, int(lock))
+            except KnobError as exc:
+                log.warning("stragglers: %s; this rank keeps its clock", exc)
+                self.policy = None
+                return
+        self.lock = lock
+
     def on_rank_end(self, session: Any, rank_record: Any) -> None:
         """Restore the clocks, then add what was changed to this rank's slack record."""
         if self.controller is not None:

@@ -25,19 +25,17 @@ from pathlib import Path
 
 from dtpo.core.errors import DtpoError
 from dtpo.core.record import RECORD_FILE, RunRecord
-from dtpo.telemetry.store import (
+from dtpo.telemetry.store import RunStore, StoredRun, partial_figures
+from dtpo.telemetry.store_figures import config_facts, config_kind, record_facts, result_facts
+from dtpo.telemetry.store_paths import (
     DEFAULT_STORE,
     CorruptStore,
-    RunStore,
-    StoredRun,
     StoreError,
     check_store_path,
     dir_key,
     now_iso,
-    partial_figures,
     store_path,
 )
-from dtpo.telemetry.store_figures import config_facts, config_kind, record_facts, result_facts
 
 log = logging.getLogger(__name__)
 

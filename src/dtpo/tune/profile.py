@@ -23,7 +23,7 @@ from typing import Any
 from dtpo.core.record import write_json_atomic
 from dtpo.devices.journal import state_dir
 from dtpo.tune.setting import GpuSetting
-from dtpo.tune.stats import Block, SettingStats
+from dtpo.tune.stats import SettingStats
 
 PROFILE_SCHEMA = "dtpo.tune-profile/1"
 
@@ -90,12 +90,8 @@ class ProfileStore:
                 raise ValueError("it belongs to another job")
             measured: dict[GpuSetting, SettingStats] = {}
             for row in data["settings"]:
-                setting = GpuSetting.from_dict(row)
-                blocks = [Block(int(b[0]), int(b[1]), float(b[2]), float(b[3])) for b in row["blocks"]]
-                if not blocks or any(b.steps <= 0 or b.samples <= 0 or b.time_s <= 0 or b.energy_j < 0
-                                     for b in blocks):
-                    raise ValueError(f"setting {setting.label} has no valid measurements")
-                measured[setting] = SettingStats(setting, blocks)
+                stats = SettingStats.from_row(row)
+                measured[stats.setting] = stats
             if not measured:
                 raise ValueError("it holds no settings")
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
@@ -110,10 +106,7 @@ class ProfileStore:
         """Keep the measured settings of a finished search; returns the file (``None`` when it cannot be written,
         which is logged and does not stop training)."""
         path = self.path(fingerprint)
-        rows: list[dict[str, Any]] = [
-            {**s.setting.as_dict(),
-             "blocks": [[b.steps, b.samples, b.time_s, b.energy_j] for b in s.blocks]}
-            for s in stats if s.measured]
+        rows: list[dict[str, Any]] = [s.as_row() for s in stats if s.measured]
         saved_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
         data = {"schema": PROFILE_SCHEMA, "saved_at": saved_at, "fingerprint": asdict(fingerprint),
                 "metric": metric, "choice": None if choice is None else choice.as_dict(), "settings": rows}

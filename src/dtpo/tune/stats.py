@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from dtpo.tune.cost import CostContext, CostMetric
 from dtpo.tune.setting import GpuSetting
@@ -102,6 +103,25 @@ class SettingStats:
     def block_times(self) -> list[tuple[float, int]]:
         """Each block's time per sample with its step count."""
         return [(blk.time_s / blk.samples, blk.steps) for blk in self.blocks if blk.samples]
+
+    def as_row(self) -> dict[str, Any]:
+        """The setting's fields and its blocks as ``[steps, samples, time_s, energy_j]`` lists (for JSON: saved
+        profiles, checkpoints)."""
+        return {**self.setting.as_dict(), "blocks": [[b.steps, b.samples, b.time_s, b.energy_j] for b in self.blocks]}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], setting_type: Any = GpuSetting) -> SettingStats:
+        """Read what :meth:`as_row` wrote; ``setting_type`` has ``from_dict`` (``GpuSetting``, ``JobSetting``).
+
+        Raises:
+            ValueError: No block, or a block with no steps, samples or time, or negative energy.
+            KeyError, TypeError, IndexError: A malformed row.
+        """
+        setting = setting_type.from_dict(row)
+        blocks = [Block(int(b[0]), int(b[1]), float(b[2]), float(b[3])) for b in row["blocks"]]
+        if not blocks or any(b.steps <= 0 or b.samples <= 0 or b.time_s <= 0 or b.energy_j < 0 for b in blocks):
+            raise ValueError(f"setting {setting.label} has no valid measurements")
+        return cls(setting, blocks)
 
 
 def _pooled_cv(groups: list[list[tuple[float, int]]]) -> tuple[float, int]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,21 @@ class StragglerSlowdown:
             else:
                 out.append(clock)
         return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the policy has learnt (free clocks, floors, energy floors, the window count): a checkpoint keeps it
+        so a resumed run decides as the uninterrupted one would."""
+        return {"free_clock": dict(self.free_clock), "floor": {r: list(v) for r, v in self.floor.items()},
+                "energy_floor": dict(self.energy_floor), "seen": {r: list(v) for r, v in self._seen.items()},
+                "windows": self._windows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned."""
+        self.free_clock = {int(r): float(c) for r, c in state["free_clock"].items()}
+        self.floor = {int(r): (float(v[0]), int(v[1])) for r, v in state["floor"].items()}
+        self.energy_floor = {int(r): float(c) for r, c in state["energy_floor"].items()}
+        self._seen = {int(r): (float(v[0]), float(v[1])) for r, v in state["seen"].items()}
+        self._windows = int(state["windows"])
 
     def _one_step_below(self, clock: float, current: float) -> bool:
         """Whether ``clock`` is the supported clock right below ``current``."""
