@@ -112,3 +112,30 @@ def test_the_straggler_line_shows_the_pace_setter_the_waiting_and_the_locked_clo
     text = " ".join(render(run).split())
     assert ("stragglers pace set by rank 1 in 100 % of windows; ranks waited 15.0 % of their step time; "
             "1 rank(s) ended locked lower (1200-1200 MHz)") in text
+
+
+def test_a_restarted_run_shows_its_restarts_and_the_energy_of_every_attempt() -> None:
+    from dtpo.core.record import Restart
+
+    run = record()
+    run.energy = EnergyTotals(Measurement(300.0, "J", "measured"), Measurement(30.0, "W"),
+                              Measurement(0.5, "J/sample"), Measurement(300 / 3.6e6, "kWh"),
+                              Measurement(0.04, "g CO2e", "estimated", "grid intensity 475 g CO2e/kWh"),
+                              by_source_j={"rapl": 300.0}, time_s=10.0)
+    run.restarts = [Restart(0, "failed", "killed", steps=31, energy_j=Measurement(58.5, "J", "measured"),
+                            steps_lost=1, recovery_s=Measurement(10.28, "s"),
+                            recovery_energy_j=Measurement(172.0, "J", "estimated"))]
+    run.resumed = {"step": 30, "checkpoint": "/runs/x/checkpoints/step-000030", "load_s": 0.25}
+    text = render(run)
+    assert "1 (1 step(s) done again; recovery 10.3 s, 172 J (estimated))" in text
+    assert "358.5 J (2 attempts, including the 1 that failed)" in text
+    assert "from step 30 (/runs/x/checkpoints/step-000030)" in text
+    run.restarts[0].energy_j = Measurement(58.5, "J", "estimated")
+    assert "358.5 J (estimated)" in render(run)  # an estimated part makes the sum an estimate
+    run.restarts[0].energy_j = None
+    assert "all attempts" not in render(run)  # unknown: no sum
+
+
+def test_a_run_that_was_never_restarted_has_no_restart_lines() -> None:
+    text = render(record())
+    assert "restarts" not in text and "all attempts" not in text and "resumed" not in text

@@ -365,3 +365,17 @@ def _average_power_w(ranks: list[RankRecord]) -> float | None:
             total += sum(w["total_j"] for w in windows) / time_s
             found = True
     return total if found else None
+
+
+def energy_of_all_attempts(record: RunRecord) -> Measurement | None:
+    """The energy of a restarted run over every attempt: the earlier attempts' (from :attr:`RunRecord.restarts`)
+    plus this one's; ``None`` when the run was not restarted or an attempt's energy is unknown. It is *estimated*
+    when any part is."""
+    if not record.restarts or record.energy is None or record.energy.energy_j.value is None:
+        return None
+    parts = [record.energy.energy_j, *(r.energy_j for r in record.restarts)]
+    if any(m is None or m.value is None for m in parts):
+        return None
+    source = "estimated" if any(m.source == "estimated" for m in parts) else "measured"  # type: ignore[union-attr]
+    return Measurement(sum(float(m.value) for m in parts), "J", source,  # type: ignore[union-attr,arg-type]
+                       f"{len(parts)} attempts, including the {len(parts) - 1} that failed")

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import RunRecord
-from dtpo.core.totals import measured_steps
+from dtpo.core.totals import energy_of_all_attempts, measured_steps
 from dtpo.telemetry.job_tuning import job_tuning_line, job_tuning_table
 
 
@@ -208,6 +208,26 @@ def energy_rows(record: RunRecord) -> list[tuple[str, str]]:
         rows.append(("cost", format_value(e.cost)))
     if e.lost:
         rows.append(("energy lost", "; ".join(f"{k}: {v}" for k, v in e.lost.items())))
+    return rows + restart_rows(record)
+
+
+def restart_rows(record: RunRecord) -> list[tuple[str, str]]:
+    """Lines on a restarted or resumed run: the restarts with the steps they lost and what recovering cost, and
+    the energy over every attempt."""
+    rows = []
+    if record.restarts:
+        lost = sum(r.steps_lost or 0 for r in record.restarts)
+        recovery_s = sum(r.recovery_s.value for r in record.restarts if r.recovery_s and r.recovery_s.value)
+        recovery_j = [r.recovery_energy_j for r in record.restarts if r.recovery_energy_j is not None]
+        text = f"{len(record.restarts)} ({lost} step(s) done again; recovery {recovery_s:.1f} s"
+        if recovery_j:
+            text += f", {format_value(Measurement(sum(m.value or 0.0 for m in recovery_j), 'J', 'estimated'))}"
+        rows.append(("restarts", escape(text + ")")))
+        total = energy_of_all_attempts(record)
+        if total is not None:
+            rows.append(("energy, all attempts", f"{format_value(total)} ({escape(total.note)})"))
+    if record.resumed:
+        rows.append(("resumed", escape(f"from step {record.resumed['step']} ({record.resumed['checkpoint']})")))
     return rows
 
 
