@@ -91,3 +91,20 @@ def test_a_rank_whose_energy_rose_when_its_clock_dropped_goes_back_up_and_stays_
                           RankWindow(2.0, 1500.0)])[0] == 1350.0
     assert policy.decide([RankWindow(1.1, 1350.0, locked=True, energy_j=280.0, steps=20),
                           RankWindow(2.0, 1500.0)])[0] == 1350.0
+
+
+def test_the_expected_step_time_is_the_expected_maximum_over_noisy_ranks() -> None:
+    import numpy as np
+
+    from dtpo.tune.straggler import expected_max
+
+    assert expected_max(np.array([0.0, 0.0]), np.array([1.0, 1.0])) == pytest.approx(1 / np.sqrt(np.pi), abs=1e-4)
+    assert expected_max(np.array([1.0, 0.5]), np.array([0.0, 0.0])) == pytest.approx(1.0)  # no noise: the largest
+
+
+def test_more_noisy_ranks_leave_the_waiting_ones_less_room_and_a_quiet_job_all_of_it() -> None:
+    from dtpo.tune.straggler import noisy_aim
+
+    aims = [noisy_aim([1.1] + [1.0] * (n - 1), [0.03] * n, 0, 1.1, 0.003) for n in (8, 16, 64)]
+    assert 1.0 < aims[2] < aims[1] < aims[0] < 1.1  # the slowest of more ranks comes closer to the pace
+    assert noisy_aim([1.1, 1.0, 1.0], [0.0, 0.0, 0.0], 0, 1.1, 0.003) == pytest.approx(1.1)

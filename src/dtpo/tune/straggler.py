@@ -14,8 +14,13 @@ is all that changes slows down no more than this predicts; the clock chosen is t
 rather than too low, and the next windows close the gap from above, with no model of the workload. Measured
 curves can bend more steeply than that (voltage, thermals, a calibrated trace that maps clocks through power
 limits), so one decision lowers a clock by at most ``max_step``, a clock that once made a rank the pace setter
-is not used again for a while, and a one-step move down is not worth a relock. The margin grows with the
-step-to-step noise and with the number of ranks (the slowest of n noisy ranks sets every step).
+is not used again for a while, and a one-step move down is not worth a relock.
+
+Noise: every step lasts as long as its slowest rank, so with step-to-step noise a waiting rank brought close to
+the pace lengthens the steps in which the noise makes it the slowest, and the more ranks, the more often. The
+waiting ranks therefore aim at the latest common ready time at which the expected step time, the expected
+maximum over all ranks (each normal, with its window's mean and spread, :func:`expected_max`), rises by at most
+``time_budget`` (:func:`noisy_aim`), and never later than ``margin`` before the pace.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -55,8 +62,10 @@ class StragglerSlowdown:
         clocks_mhz: Supported SM clocks (any order).
         margin: A slowed rank aims to be ready this share of the critical rank's time early.
         min_gain: Leave a rank alone unless the clock it would drop by is at least this share.
-        noise_margins: The margin is at least this many standard deviations of the step-to-step difference
-            between a rank and the critical one.
+        time_budget: Step-to-step noise: every step lasts as long as its slowest rank, so slowed ranks that come
+            close to the pace lengthen steps in which the noise makes one of them the slowest. The waiting ranks
+            aim no later than the common ready time at which the expected step time (the expected maximum over
+            all ranks, each a normal variable with its window's mean and spread) rises by this share.
         max_step: One decision lowers a rank's clock by at most this share (a model that bends below some
             clock cannot then throw a rank far past the pace).
         floor_windows: A rank that became the pace setter while locked keeps above that clock for this many
@@ -69,7 +78,7 @@ class StragglerSlowdown:
     clocks_mhz: Sequence[float]
     margin: float = 0.03
     min_gain: float = 0.02
-    noise_margins: float = 2.0
+    time_budget: float = 0.003
     max_step: float = 0.10
     floor_windows: int = 50
     free_clock: dict[int, float] = field(default_factory=dict)
@@ -99,20 +108,19 @@ class StragglerSlowdown:
         crit = window[critical]
         pace = crit.ready_s * (crit.clock_mhz / self.free_clock.get(critical, crit.clock_mhz) if crit.locked else 1.0)
         pace = max([pace, *(w.ready_s for w in window if not w.locked)])
-        # a step lasts as long as its slowest rank: with n ranks the largest of n noisy deviations counts, about
-        # sqrt(2 ln n) standard deviations
-        spread_factor = max(self.noise_margins, math.sqrt(2.0 * math.log(max(len(window), 2))))
+        # a step lasts as long as its slowest rank: with noise, the latest common ready time the waiting ranks can
+        # aim at without lengthening the expected step by more than the budget
+        free_ready = [w.ready_s * (w.clock_mhz / self.free_clock.get(r, w.clock_mhz)) if w.locked else w.ready_s
+                      for r, w in enumerate(window)]
+        aim = min(pace * (1.0 - self.margin), noisy_aim(free_ready, [w.spread for w in window], critical, pace,
+                                                        self.time_budget))
         out: list[float | None] = []
         for rank, w in enumerate(window):
             free = self.free_clock.get(rank, self.clocks_mhz[-1])
             if rank == critical:
                 out.append(None)  # the pace setter runs free
                 continue
-            # keep clear of the pace by the margin, or by the step-to-step noise of the two ranks if larger:
-            # a step lasts as long as its slowest rank, so a rank that is slower than the pace in some steps
-            # because of noise slows the job down
-            noise = spread_factor * math.hypot(w.spread, crit.spread)
-            mine = pace * (1.0 - max(self.margin, noise))
+            mine = aim  # clear of the pace by the margin, and by what the noise needs
             # time ~ 1 / clock from where the rank is now: the lowest clock that cannot be too slow, by at most
             # max_step per decision, and above a clock that once made this rank the pace setter
             predicted = w.clock_mhz * w.ready_s / mine
@@ -170,3 +178,48 @@ class StragglerSlowdown:
                 self.energy_floor[rank] = max(self.energy_floor.get(rank, 0.0), before[0])
             if before is None or abs(w.clock_mhz - before[0]) > 1e-9:
                 self._seen[rank] = (w.clock_mhz, w.energy_j)
+
+
+def expected_max(means: np.ndarray, sds: np.ndarray, points: int = 512) -> float:
+    """Expected maximum of independent normal variables (``means``, standard deviations ``sds``), by integrating
+    ``1 - prod(Phi)`` over a grid that spans where the maximum can fall."""
+    sds = np.maximum(sds, 1e-9 * np.maximum(np.abs(means), 1e-12))
+    lo = float(np.max(means - 8.0 * sds))  # below this the largest-mean variable is (almost) never the maximum
+    hi = float(np.max(means + 8.0 * sds))
+    if hi <= lo:
+        return float(np.max(means))
+    t = np.linspace(lo, hi, points)
+    cdf = np.prod(_normal_cdf((t[None, :] - means[:, None]) / sds[:, None]), axis=0)
+    return lo + float(np.trapezoid(1.0 - cdf, t))
+
+
+def _normal_cdf(z: np.ndarray) -> np.ndarray:
+    """The standard normal CDF (Abramowitz and Stegun 7.1.26 for erf: absolute error below 1.5e-7)."""
+    x = np.abs(z) / math.sqrt(2.0)
+    k = 1.0 / (1.0 + 0.3275911 * x)
+    poly = k * (0.254829592 + k * (-0.284496736 + k * (1.421413741 + k * (-1.453152027 + k * 1.061405429))))
+    erf = 1.0 - poly * np.exp(-x * x)
+    return 0.5 * (1.0 + np.sign(z) * erf)
+
+
+def noisy_aim(ready_s: Sequence[float], spreads: Sequence[float], critical: int, pace: float, budget: float,
+              iterations: int = 30) -> float:
+    """The latest common ready time (at most ``pace``) the ranks other than ``critical`` can be moved to (each
+    rank already later keeps its own) with the expected step time at most ``1 + budget`` times what it is with
+    every rank at ``ready_s``; each rank's step time is normal with relative spread ``spreads``."""
+    means = np.asarray(ready_s, dtype=float)
+    rel = np.asarray(spreads, dtype=float)
+    others = np.arange(len(means)) != critical
+
+    def step_time(aim: float) -> float:
+        moved = np.where(others, np.maximum(means, aim), means)
+        return expected_max(moved, rel * moved)
+
+    limit = step_time(0.0) * (1.0 + budget)
+    if step_time(pace) <= limit:
+        return pace
+    low, high = 0.0, pace
+    for _ in range(iterations):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if step_time(mid) <= limit else (low, mid)
+    return low
