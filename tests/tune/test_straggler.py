@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,24 @@ def test_more_noisy_ranks_leave_the_waiting_ones_less_room_and_a_quiet_job_all_o
     aims = [noisy_aim([1.1] + [1.0] * (n - 1), [0.03] * n, 0, 1.1, 0.003) for n in (8, 16, 64)]
     assert 1.0 < aims[2] < aims[1] < aims[0] < 1.1  # the slowest of more ranks comes closer to the pace
     assert noisy_aim([1.1, 1.0, 1.0], [0.0, 0.0, 0.0], 0, 1.1, 0.003) == pytest.approx(1.1)
+
+
+def test_a_rank_whose_time_barely_follows_its_clock_goes_as_low_as_its_own_points_allow() -> None:
+    fine = [float(c) for c in range(900, 1501, 15)]
+    policy = StragglerSlowdown(fine, margin=0.005, max_step=0.10)
+
+    def ready(clock: float) -> float:  # 1 % slower per 10 % of clock: mostly memory-bound
+        return 1.0 * (1500.0 / clock) ** 0.1
+
+    aim = 1.03 * (1 - 0.005)
+    clock, locked = 1500.0, False
+    for _ in range(40):
+        out = policy.decide([RankWindow(ready(clock), clock, locked, 0.0), RankWindow(1.03, 1500.0)])
+        assert out[1] is None
+        if out[0] is not None:
+            clock, locked = out[0], True
+        assert ready(clock) <= aim  # never past the aim on the way down
+    assert clock < 1300.0  # 1 / clock from the start would have said 1463 MHz
+    copy = StragglerSlowdown(fine, margin=0.005, max_step=0.10)
+    copy.load_state_dict(json.loads(json.dumps(policy.state_dict())))
+    assert copy.measured == policy.measured

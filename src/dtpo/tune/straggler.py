@@ -32,6 +32,10 @@ from typing import Any
 
 import numpy as np
 
+MIN_SLOPE = 0.25
+"""The least slope of log step time against log clock an exploring rank assumes for its next step down (a window's
+noise can make the slope look flat)."""
+
 
 @dataclass(frozen=True)
 class RankWindow:
@@ -73,6 +77,12 @@ class StragglerSlowdown:
         energy_tolerance: Where energy per step is measured, a rank whose energy per step rose by more than this
             share when its clock dropped goes back up and stays at or above the higher clock: below the
             least-energy clock, a slower clock costs energy instead of saving it.
+        explore_windows: How long a rank's ready time measured at a clock counts. A rank that met its aim at its
+            clock tries one supported clock ``min_gain`` to twice that lower when its own recent points (the
+            local slope of log time against log clock, at least ``MIN_SLOPE``) say it will still meet the aim,
+            and keeps the lowest clock it measured meeting it: ``time ~ 1 / clock`` alone never goes where
+            kernels slow down far less than the clock.
+        measured: Per rank, the ready time measured at each clock and the window it was measured in.
     """
 
     clocks_mhz: Sequence[float]
@@ -87,6 +97,8 @@ class StragglerSlowdown:
     energy_floor: dict[int, float] = field(default_factory=dict)
     _seen: dict[int, tuple[float, float]] = field(default_factory=dict)
     _windows: int = 0
+    explore_windows: int = 10
+    measured: dict[int, dict[float, tuple[float, int]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.clocks_mhz = sorted(float(c) for c in self.clocks_mhz)
@@ -100,6 +112,8 @@ class StragglerSlowdown:
                 self.free_clock[rank] = w.clock_mhz
         self._windows += 1
         self._learn_energy(window)
+        for rank, w in enumerate(window):
+            self.measured.setdefault(rank, {})[w.clock_mhz] = (w.ready_s, self._windows)
         critical = max(range(len(window)), key=lambda r: window[r].ready_s)
         if window[critical].locked:  # slowed too far: never that low again for a while
             self.floor[critical] = (window[critical].clock_mhz, self._windows)
@@ -136,7 +150,11 @@ class StragglerSlowdown:
             below = [c for c in self.clocks_mhz if predicted - 1e-9 <= c < w.clock_mhz - 1e-9]
             if (clock is None or clock >= w.clock_mhz) and below:
                 clock = below[-1]  # a coarse clock list: one supported clock down is the smallest step there is
-            if clock is None or clock >= free:
+            tried = self._explore(rank, w, mine, pace, max(floor + 1e-6 if self._windows - since < self.floor_windows
+                                                          else 0.0, lowest))
+            if tried is not None and (clock is None or clock >= free or tried < clock):
+                out.append(tried)
+            elif clock is None or clock >= free:
                 out.append(None)
             elif not w.locked and clock > free * (1.0 - self.min_gain):
                 out.append(None)  # too little to gain from a lock
@@ -146,12 +164,47 @@ class StragglerSlowdown:
                 out.append(clock)
         return out
 
+    def _explore(self, rank: int, w: RankWindow, mine: float, pace: float, lowest: float) -> float | None:
+        """A lower clock learnt from the rank's own windows, where ``time ~ 1 / clock`` is too pessimistic (most
+        kernels slow down far less than their clock): the lowest clock measured within the last
+        ``explore_windows`` windows whose ready time met ``mine``; and, while the rank meets ``mine`` at its
+        current clock, one supported clock between ``min_gain`` and twice that lower, unless it was measured too
+        slow or even at ``1 / clock`` it would pass the pace. ``None``: nothing lower to go to."""
+        recent = {c: t for c, (t, seen) in self.measured.get(rank, {}).items()
+                  if self._windows - seen < self.explore_windows and c > lowest}
+        good = [c for c, t in recent.items() if t <= mine and (w.ready_s <= mine or c > w.clock_mhz)]
+        if w.ready_s <= mine and w.clock_mhz in good:
+            lower = [c for c in self.clocks_mhz if max(lowest, w.clock_mhz * (1.0 - 2.0 * self.min_gain)) < c
+                     <= w.clock_mhz * (1.0 - self.min_gain) + 1e-9]
+            if lower and recent.get(lower[-1], 0.0) <= mine and self._local_guess(recent, w, lower[-1]) <= mine:
+                good.append(lower[-1])
+        best = min(good, default=None)
+        if best is None or best > w.clock_mhz + 1e-9 or (best >= w.clock_mhz - 1e-9 and not w.locked):
+            return None
+        return best
+
+    @staticmethod
+    def _local_guess(recent: dict[float, float], w: RankWindow, clock: float) -> float:
+        """The rank's ready time at ``clock`` (below its current one), extrapolated from its current point with the
+        local slope of log time against log clock between that point and the nearest clock above it that it ran
+        at recently (``1 / clock`` when there is none, or the slope is steeper): curves bend more steeply
+        further down, so this is on the optimistic side only by the bend over one step."""
+        above = [c for c in recent if c > w.clock_mhz * (1.0 + 1e-9)]
+        beta = 1.0
+        if above:
+            nearest = min(above)
+            beta = min(max(math.log(max(w.ready_s, 1e-12) / recent[nearest]) / math.log(nearest / w.clock_mhz),
+                           0.0), 1.0)
+            beta = max(beta, MIN_SLOPE)
+        return w.ready_s * (w.clock_mhz / clock) ** beta
+
     def state_dict(self) -> dict[str, Any]:
         """What the policy has learnt (free clocks, floors, energy floors, the window count): a checkpoint keeps it
         so a resumed run decides as the uninterrupted one would."""
         return {"free_clock": dict(self.free_clock), "floor": {r: list(v) for r, v in self.floor.items()},
                 "energy_floor": dict(self.energy_floor), "seen": {r: list(v) for r, v in self._seen.items()},
-                "windows": self._windows}
+                "windows": self._windows,
+                "measured": {r: [[c, t, seen] for c, (t, seen) in m.items()] for r, m in self.measured.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Put back what :meth:`state_dict` returned."""
@@ -160,6 +213,8 @@ class StragglerSlowdown:
         self.energy_floor = {int(r): float(c) for r, c in state["energy_floor"].items()}
         self._seen = {int(r): (float(v[0]), float(v[1])) for r, v in state["seen"].items()}
         self._windows = int(state["windows"])
+        self.measured = {int(r): {float(c): (float(t), int(seen)) for c, t, seen in rows}
+                         for r, rows in state.get("measured", {}).items()}
 
     def _one_step_below(self, clock: float, current: float) -> bool:
         """Whether ``clock`` is the supported clock right below ``current``."""
