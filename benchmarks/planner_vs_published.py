@@ -8,6 +8,12 @@ keeps only the smallest point's throughput as its baseline, and predicts every o
 Goals (exit 1 when one is missed): at every point, scaling efficiency within 5 points and throughput within
 10 % of the published figure. ``--write-scenarios DIR`` writes the scenarios it built as TOML files.
 
+More series, to check that the planner generalises beyond the shipped ones (Transformer-XL on DGX-2H, BERT in
+TensorFlow 2 and PaddlePaddle on DGX A100, VGG16 on a DGX-1), each with its source in the file:
+``--data benchmarks/data/published_scaling_extra.json``. A series' notes say what its source says of the gradient
+on the wire (``fp16 gradients``, ``fp16 compression``; otherwise mixed precision all-reduces float32 gradients) and
+of overlap (``after accumulation``, ``PS on CPU``: the all-reduce does not overlap backward).
+
 Usage: ``python benchmarks/planner_vs_published.py [--data FILE] [--write-scenarios DIR]``
 """
 
@@ -38,11 +44,28 @@ THROUGHPUT_SHARE = 0.10
 MODELS = (("bert-large", 336_000_000), ("bert large", 336_000_000), ("bert-base", 110_000_000),
           ("resnet-50", 25_600_000), ("resnet50", 25_600_000), ("resnet-101", 44_500_000),
           ("inceptionv3", 23_800_000), ("inception-v3", 23_800_000), ("vgg16", 138_000_000),
-          ("gpt-2", 1_500_000_000), ("gpt2", 1_500_000_000))
-HARDWARE = (("dgx h100", ("H100", "nvlink4", "ib-ndr", 8)), ("dgx a100", ("A100", "nvlink3", "ib-hdr", 8)),
-            ("dgx-2", ("V100", "nvlink3", "ib-hdr", 8)), ("dgx-1", ("P100", "nvlink1", "ib-hdr", 4)),
-            ("h100", ("H100", "nvlink4", "ib-ndr", 8)), ("a100", ("A100", "nvlink3", "ib-hdr", 8)),
-            ("v100", ("V100", "nvlink3", "ib-hdr", 4)), ("p100", ("P100", "nvlink1", "ib-hdr", 4)))
+          ("vgg-16", 138_000_000), ("gpt-2", 1_500_000_000), ("gpt2", 1_500_000_000),
+          # Transformer-XL large as DeepLearningExamples configures it (wt103_large.yaml: 18 layers, d_model 1024,
+          # d_inner 4096, 16 heads of 64, adaptive softmax over 267,735 words with div_val 4, tied embeddings):
+          # 18 x 13.64M per layer + ~38.6M of embeddings and projections ~ 284M, counted from that config
+          ("transformer-xl large", 284_000_000))
+# GPUs by name; then systems: (intra-node link or None for "by GPU", inter-node link, NICs per node, GPUs per node).
+# NICs per node from the systems' datasheets: DGX-1 4x EDR IB, DGX-2 8x EDR IB, DGX A100 8x HDR IB (compute
+# fabric), DGX H100 8x NDR IB.
+GPUS = (("h100", "H100"), ("a100", "A100"), ("v100", "V100"), ("p100", "P100"))
+SYSTEMS = (("dgx h100", ("nvlink4", "ib-ndr", 8, 8)), ("dgx a100", ("nvlink3", "ib-hdr", 8, 8)),
+           ("dgx-2", ("nvlink2", "ib-edr", 8, 16)), ("dgx-1", (None, "ib-edr", 4, 8)))
+# A GPU's own NVLink generation (DGX-1's cube mesh for P100: see the nvlink1 entry of the catalogue), and where no
+# system is named, the fabric of the system that GPU shipped in.
+GPU_LINKS = {"H100": ("nvlink4", "ib-ndr", 8, 8), "A100": ("nvlink3", "ib-hdr", 8, 8),
+             "V100": ("nvlink2", "ib-edr", 8, 8), "P100": ("nvlink1", "ib-edr", 4, 8)}
+# Notes that say where the gradients travel in 16 bits (apex O2 models, fp16 all-reduce or compression); otherwise
+# mixed precision keeps float32 parameters and so float32 gradients (torch.autocast, TF and Paddle AMP).
+FP16_WIRE = re.compile(r"fp16 gradients|all-?reduces? fp16|fp16 all-?reduce|fp16 compression"
+                       r"|allreduce_post_accumulation_fp16")
+# Notes that say the all-reduce runs after backward (after accumulation, or through a parameter server).
+NO_OVERLAP = re.compile(r"after (?:the )?(?:accumulation|backward|merged)|post[- ]accumulation|not overlapped"
+                        r"|ps on cpu")
 
 
 def _first(text: str, table: tuple[tuple[str, Any], ...]) -> Any:
@@ -69,34 +92,44 @@ def accumulation_schedule(series: dict[str, Any]) -> list[int] | None:
     return None
 
 
+def hardware_of(series: dict[str, Any]) -> tuple[str, str, str, int, int] | None:
+    """``(gpu, intra link, inter link, NICs per node, GPUs per node)`` named by a series' text, or ``None``."""
+    text = " ".join(str(series.get(k, "")) for k in ("hardware", "model", "interconnect"))
+    gpu = _first(text, GPUS)
+    system = _first(text, SYSTEMS)
+    if gpu is None:
+        gpu = {"dgx h100": "H100", "dgx a100": "A100", "dgx-2": "V100", "dgx-1": "P100"}.get(
+            next((key for key, _ in SYSTEMS if key in text.lower()), ""))
+    if gpu is None:
+        return None
+    intra, inter, nics, per_node = system if system is not None else GPU_LINKS[gpu]
+    return gpu, intra or GPU_LINKS[gpu][0], inter, nics, per_node
+
+
 def scenario_for(series: dict[str, Any]) -> dict[str, Any]:
     """A scenario dict for a series, from its own fields; raises ConfigError naming what is missing."""
-    text = " ".join(str(series.get(k, "")) for k in ("hardware", "model", "interconnect"))
-    hardware = _first(text, HARDWARE)
+    hardware = hardware_of(series)
     parameters = _first(str(series.get("model", "")), MODELS)
     if hardware is None or parameters is None:
         raise ConfigError(f"series {series['id']}: no known {'hardware' if hardware is None else 'model'} in its "
                           f"text; write {SCENARIOS / (series['id'] + '.toml')}")
-    gpu, intra, inter, nics = hardware
+    gpu, intra, inter, nics, per_node = hardware
     precision = str(series.get("precision", "")).lower()
+    notes = str(series.get("notes", "")).lower()
     half = "fp16" in precision or "amp" in precision
     points = sorted(series["points"], key=lambda p: p["gpus"])
     accum = accumulation_schedule({**series, "points": points})
-    single_node = max(p["gpus"] for p in points) <= 8
-    parameter_server = "ps on cpu" in str(series.get("notes", "")).lower()
+    parameter_server = "ps on cpu" in notes
     data: dict[str, Any] = {
-        "gpu": gpu, "gpus_per_node": 8, "gpu_counts": [p["gpus"] for p in points],
+        "gpu": gpu, "gpus_per_node": per_node, "gpu_counts": [p["gpus"] for p in points],
         "intra_link": "pcie3" if parameter_server else intra, "inter_link": inter, "nics_per_node": nics,
         "precision": "16-mixed" if half else "32-true", "per_gpu_batch": int(series["per_gpu_batch"]),
-        "model": {"parameters": parameters, "gradient_dtype": "fp16" if half else "fp32"},
+        "model": {"parameters": parameters, "gradient_dtype": "fp16" if half and FP16_WIRE.search(notes) else "fp32"},
         "baseline": {"gpus": points[0]["gpus"], "throughput": float(points[0]["throughput"])},
-        # NVIDIA's BERT recipe all-reduces after accumulation (apex); a parameter server after backward
-        "overlap": not ("bert" in text.lower() or parameter_server),
+        "overlap": NO_OVERLAP.search(notes) is None,
     }
     if accum is not None:
         data["grad_accum"] = {str(p["gpus"]): a for p, a in zip(points, accum, strict=True)}
-    if single_node:
-        data["gpus_per_node"] = max(8, max(p["gpus"] for p in points))
     return data
 
 

@@ -40,6 +40,20 @@ def test_a_step_adds_compute_exposed_communication_and_the_optimizer() -> None:
     assert alone.comm_s == 0 and alone.step_s == pytest.approx(0.41)
 
 
+def test_every_ddp_bucket_pays_the_collective_latency_and_one_flat_all_reduce_pays_it_once() -> None:
+    alpha = 10e-6
+    latency_bound = Fabric(find_link("nvlink3"), find_link("ib-hdr"), 1, LinkCost(alpha, 1e18), LinkCost(alpha, 1e18))
+    grad = 100 * 1024 * 1024  # DDP's buckets: 1 MiB, then 25 MiB ones: 1, 25, 25, 25 and the last 24 MiB
+    one = 2 * 7 * alpha + 2 * alpha  # reduce-scatter + all-gather over 8 GPUs, and a 2-node ring or tree: 2 steps
+    flat = step_time(16, 8, 0.1, 1, 0.0, JobShape(gradient_bytes=grad, parameters=grad / 4, overlap=False),
+                     latency_bound)
+    assert flat.comm_s == pytest.approx(one, rel=1e-4)
+    buckets = step_time(16, 8, 0.1, 1, 0.0, JobShape(gradient_bytes=grad, parameters=grad / 4), latency_bound)
+    assert buckets.comm_s == pytest.approx(5 * one, rel=1e-4)
+    # the last bucket is ready when backward ends: its whole all-reduce, latency included, is exposed
+    assert buckets.exposed_comm_s == pytest.approx(one, rel=1e-4)
+
+
 def test_fsdp_hides_its_gathers_behind_compute_until_they_exceed_it() -> None:
     job = JobShape(gradient_bytes=400e6, parameters=100e6, strategy="fsdp", param_bytes=200e6)
     slow_compute = step_time(16, 8, 1.0, 1, 0.0, job, fabric())

@@ -125,6 +125,16 @@ CATALOGUE: dict[str, Link] = {
         Link("eth-25g-tcp", "inter", _gbit(25), 30e-6,
              "25 GbE, NCCL socket transport over TCP; latency typical for kernel TCP (20-50 us)", 0.6,
              "typical: TCP through the kernel with few NCCL socket threads reaches ~0.5-0.7 of line rate"),
+        Link("nvlink2", "intra", 150 * GB, 1.5e-6,
+             _NVLINK_SOURCE.format(gpu="Tesla V100 SXM2/SXM3", bidir=300) + "; 6 links of 25 GB/s per direction",
+             0.8,
+             "typical, for an NVSwitch node (DGX-2, HGX-2): every GPU's six links go into the switches and a ring "
+             "uses all of them, as on the A100 NVSwitch node (nvlink3, ~0.8 of line rate in nccl-tests); a DGX-1 "
+             "hybrid cube mesh reaches less (see nvlink1)"),
+        Link("ib-edr", "inter", _gbit(100), 3e-6,
+             "NVIDIA (Mellanox) ConnectX-5 EDR InfiniBand, 100 Gb/s per port (DGX-1: 4, DGX-2: 8 per node, "
+             "datasheets); latency typical for NCCL over IB (2-5 us)", 0.85,
+             "typical: NCCL busbw over IB with GPUDirect RDMA reaches ~0.8-0.9 of line rate"),
         Link("loopback", "intra", 10 * GB, 10e-6,
              "placeholder, not a measurement: processes on one host over shared memory / TCP loopback", 1.0,
              "placeholder to be calibrated with dtpo.plan.link_fit; host memcpy rates vary widely (~5-20 GB/s)"),
@@ -134,9 +144,11 @@ CATALOGUE: dict[str, Link] = {
 ALIASES: dict[str, str] = {
     "nvlink-3": "nvlink3", "nvlink3.0": "nvlink3", "a100-nvlink": "nvlink3", "nvswitch-a100": "nvlink3",
     "nvlink-4": "nvlink4", "nvlink4.0": "nvlink4", "h100-nvlink": "nvlink4", "nvswitch-h100": "nvlink4",
+    "nvlink-2": "nvlink2", "nvlink2.0": "nvlink2", "v100-nvlink": "nvlink2", "nvswitch-v100": "nvlink2",
     "pcie-4": "pcie4", "pcie-gen4": "pcie4", "pcie4.0": "pcie4", "gen4": "pcie4",
     "pcie-5": "pcie5", "pcie-gen5": "pcie5", "pcie5.0": "pcie5", "gen5": "pcie5",
     "hdr": "ib-hdr", "infiniband-hdr": "ib-hdr", "ibhdr": "ib-hdr",
+    "edr": "ib-edr", "infiniband-edr": "ib-edr", "ibedr": "ib-edr",
     "ndr": "ib-ndr", "infiniband-ndr": "ib-ndr", "ibndr": "ib-ndr",
     "roce": "roce-100g", "roce100": "roce-100g", "roce-100": "roce-100g", "roce100g": "roce-100g",
     "tcp": "eth-25g-tcp", "25gbe": "eth-25g-tcp", "eth-25g": "eth-25g-tcp", "ethernet-25g": "eth-25g-tcp",

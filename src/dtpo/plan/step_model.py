@@ -11,9 +11,11 @@ The step of a data-parallel job with ``k`` micro-batches per optimizer step (gra
   (:func:`~dtpo.plan.overlap.ddp_bucket_sizes`), become ready evenly over that backward, and are sent one after
   another (:func:`~dtpo.plan.overlap.exposed_comm`); what is still on the wire when backward ends is exposed.
   With the tensors' shapes (from a dtpo run's record) buckets are packed tensor by tensor as DDP does
-  (:func:`~dtpo.plan.overlap.ddp_tensor_buckets`). The all-reduce is hierarchical across nodes
-  (:func:`~dtpo.plan.collectives.all_reduce`, ring or tree, whichever is faster, as NCCL's tuner picks), on the
-  bytes the compression leaves (:func:`~dtpo.plan.collectives.wire_bytes`).
+  (:func:`~dtpo.plan.overlap.ddp_tensor_buckets`). Each bucket is an all-reduce of its own, hierarchical across
+  nodes (:func:`~dtpo.plan.collectives.all_reduce`, ring or tree, whichever is faster for that bucket's size, as
+  NCCL's tuner picks per call), so every bucket pays the collective's latency terms; sizes are the bytes the
+  compression leaves (:func:`~dtpo.plan.collectives.wire_bytes`). Without overlap (``overlap = false``) the
+  gradient goes as one flattened all-reduce after backward, as apex's post-accumulation all-reduce sends it.
 * **FSDP** gathers the parameters before each micro-batch's forward and again before its backward, and
   reduce-scatters the gradients after the last one; with prefetching, a micro-batch's gathers overlap its own
   compute, so only what exceeds it is exposed (:func:`~dtpo.plan.collectives.fsdp_step_comm`).
@@ -161,11 +163,13 @@ def step_time(gpus: int, gpus_per_node: int, t_micro_s: float, grad_accum: int, 
         return StepTime(gpus, nodes, grad_accum, compute, comm, exposed, optimizer_s)
     on_wire = wire_bytes(job.gradient_bytes, job.compression, job.powersgd_rank,
                          job.matrix_shapes if job.compression == "powersgd" else None)
-    comm = all_reduce(on_wire, per_node, nodes, fabric.intra_cost, inter, algorithm="auto")
-    if not job.overlap:
+    if not job.overlap:  # one flattened all-reduce after backward (apex's post-accumulation all-reduce)
+        comm = all_reduce(on_wire, per_node, nodes, fabric.intra_cost, inter, algorithm="auto")
         return StepTime(gpus, nodes, grad_accum, compute, comm, comm, optimizer_s)
     sizes = _buckets(job, on_wire)
+    # every bucket is an all-reduce of its own (one NCCL call each), so each pays the collective's latency terms
+    per_bucket = [all_reduce(size, per_node, nodes, fabric.intra_cost, inter, algorithm="auto") for size in sizes]
     backward = BACKWARD_SHARE * t_micro_s
-    ready, per_bucket = uniform_buckets(backward, len(sizes), comm, bucket_bytes=sizes)
+    ready, _ = uniform_buckets(backward, len(sizes), 0.0, bucket_bytes=sizes)
     exposed = exposed_comm(ready, per_bucket, backward_end_s=backward)
-    return StepTime(gpus, nodes, grad_accum, compute, comm, exposed, optimizer_s)
+    return StepTime(gpus, nodes, grad_accum, compute, sum(per_bucket), exposed, optimizer_s)
