@@ -134,6 +134,8 @@ def test_a_restarted_run_shows_its_restarts_and_the_energy_of_every_attempt() ->
     assert "358.5 J (estimated)" in render(run)  # an estimated part makes the sum an estimate
     run.restarts[0].energy_j = None
     assert "all attempts" not in render(run)  # unknown: no sum
+    run.energy = None
+    assert "1 (1 step(s) done again" in render(run)  # the restarts show without energy too
 
 
 def test_a_run_that_was_never_restarted_has_no_restart_lines() -> None:

@@ -116,7 +116,7 @@ def totals_table(record: RunRecord) -> Table:
     mfu = t.get("mfu")
     if mfu is not None and mfu.value is None and mfu.note:
         rows.insert(rows.index(("MFU", "n/a")) + 1, ("", f"[dim]MFU unknown: {mfu.note}[/dim]"))
-    rows += energy_rows(record)
+    rows += energy_rows(record) + restart_rows(record)
     for name, value in rows:
         table.add_row(name, value)
     return table
@@ -208,7 +208,7 @@ def energy_rows(record: RunRecord) -> list[tuple[str, str]]:
         rows.append(("cost", format_value(e.cost)))
     if e.lost:
         rows.append(("energy lost", "; ".join(f"{k}: {v}" for k, v in e.lost.items())))
-    return rows + restart_rows(record)
+    return rows
 
 
 def restart_rows(record: RunRecord) -> list[tuple[str, str]]:
