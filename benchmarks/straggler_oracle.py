@@ -15,47 +15,18 @@ Usage: ``python benchmarks/straggler_oracle.py [--gpus 8,16,64] [--factor 1.1] [
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from dtpo.devices.journal import KnobJournal
-from dtpo.devices.knobs import KnobController
-from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig
 from dtpo.tune.straggler_sim import StragglerJob, ideal_energy, job_model, run_job
 
 
 def run_locked(job: StragglerJob, clock: float | None, straggler: int) -> tuple[float, float]:
     """``(energy, time)`` of ``job`` with every rank but ``straggler`` locked at ``clock`` (``None``: none)."""
-    model = job_model(job)
-    spec = model.spec
-    with tempfile.TemporaryDirectory(prefix="dtpo-oracle-") as tmp:
-        folder = Path(tmp)
-        ranks = [SimulatedGpu(SimulatedGpuConfig(spec.name, model.workload, model.batch_size, index=r, seed=job.seed,
-                                                 time_noise=job.noise, power_noise=job.noise, counter_period_s=0.0),
-                              folder / f"rank{r}.json", model=model) for r in range(job.gpus)]
-        energy = time_s = 0.0
-        with KnobController("apply", KnobJournal(folder / "journal.json"), log=lambda _: None) as controller:
-            if clock is not None:
-                for r, gpu in enumerate(ranks):
-                    if r != straggler:
-                        controller.lock_sm_clock(gpu, int(clock))
-            done = 0
-            while done < job.steps:
-                n = min(job.window_steps, job.steps - done)
-                drawn = [gpu.sample_steps(n) for gpu in ranks]
-                compute = np.stack([t for t, _ in drawn]) * job.factors(done, n)
-                step_s = compute.max(axis=0)
-                for gpu, (_, powers), mine in zip(ranks, drawn, compute, strict=True):
-                    energy += gpu.advance(mine, powers, step_s - mine)
-                time_s += float(step_s.sum())
-                done += n
-        for gpu in ranks:
-            gpu.forget_state_file()
-    return energy, time_s
+    locks = [None if r == straggler else clock for r in range(job.gpus)]
+    result = run_job(job, tune=False, fixed_locks=locks)
+    return result.energy_j, result.time_s
 
 
 def main() -> int:

@@ -18,8 +18,8 @@ from dtpo.core.record import RunRecord
 from dtpo.dist.launch import _restarts_possible, parse_launch_args
 from dtpo.examples import get_workload, with_workload_defaults
 from dtpo.examples.train import check_checkpoints
-from dtpo.session.checkpoint import model_fingerprint
 from dtpo.session.checkpoint_files import MARKER
+from dtpo.session.checkpoint_state import model_fingerprint
 
 SCRIPT = textwrap.dedent("""
     import os, signal, sys

@@ -18,7 +18,6 @@ import dtpo
 from dtpo.core.config import CheckpointConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from dtpo.session.checkpoint import model_fingerprint
 from dtpo.session.checkpoint_files import (
     MARKER,
     check_compatible,
@@ -28,6 +27,7 @@ from dtpo.session.checkpoint_files import (
     read_marker,
     resume_candidates,
 )
+from dtpo.session.checkpoint_state import model_fingerprint
 
 STEPS = 8
 

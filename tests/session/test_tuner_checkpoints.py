@@ -26,6 +26,17 @@ from dtpo.tune.tuner import TunerOptions
 pytestmark = pytest.mark.slow
 
 
+def _tiny_job(session: dtpo.Session, rank: int, batches: int) -> tuple[nn.Module, torch.optim.Optimizer, list]:
+    """A small MLP wrapped and attached, its optimizer, and this rank's ``batches`` batches of 8 samples."""
+    torch.manual_seed(0)
+    model = session.wrap(nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    session.attach(opt)
+    gen = torch.Generator().manual_seed(10 + rank)
+    return model, opt, [(torch.randn(8, 16, generator=gen), torch.randint(0, 4, (8,), generator=gen))
+                        for _ in range(batches)]
+
+
 # -- job knobs ----------------------------------------------------------------------------------------------------
 
 def _job_run(rank: int, world_size: int, out: str, name: str, resume: bool, stop: str) -> None:
@@ -37,12 +48,7 @@ def _job_run(rank: int, world_size: int, out: str, name: str, resume: bool, stop
     tuner = JobTuneCallback(TuneConfig(knob="grad-accum,compression", cost="time"),
                             options=TunerOptions(ordered=False, quick_look_steps=1))
     session = dtpo.Session.from_config(config, callbacks=[tuner], progress=False, summary=False)
-    torch.manual_seed(0)
-    model = session.wrap(nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    session.attach(opt)
-    gen = torch.Generator().manual_seed(10 + rank)
-    data = [(torch.randn(8, 16, generator=gen), torch.randint(0, 4, (8,), generator=gen)) for _ in range(400)]
+    model, opt, data = _tiny_job(session, rank, 400)
     saved = None
     for x, y in session.batches(data, steps=saved_step(out) + 30 if resume else 300):
         session.backward(F.cross_entropy(model(x), y))
@@ -150,12 +156,7 @@ def _powersgd_run(rank: int, world_size: int, out: str, name: str, resume: bool)
                            count_flops=False, run_dir=Path(out) / name,
                            checkpoint=CheckpointConfig(dir=str(Path(out) / "ckpt"), every="3",
                                                        resume="latest" if resume else None))
-    torch.manual_seed(0)
-    model = session.wrap(nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 4)))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    session.attach(opt)
-    gen = torch.Generator().manual_seed(10 + rank)
-    data = [(torch.randn(8, 16, generator=gen), torch.randint(0, 4, (8,), generator=gen)) for _ in range(10)]
+    model, opt, data = _tiny_job(session, rank, 10)
     if resume:
         assert session.resume() == 6
         torch.save(session.comm.powersgd_state(), Path(out) / f"loaded{rank}.pt")

@@ -68,8 +68,8 @@ def check_checkpoints(config: RunConfig, run_dir: str | os.PathLike[str] | None 
     """
     from pathlib import Path
 
-    from dtpo.session.checkpoint import model_fingerprint
     from dtpo.session.checkpoint_files import check_checkpoint_config
+    from dtpo.session.checkpoint_state import model_fingerprint
 
     if not config.checkpoint.enabled:
         return

@@ -207,10 +207,10 @@ class JobTuneCallback(Callback):
     def on_step_begin(self, session: Any, step: int) -> None:
         """Open a block."""
         saved = self._resumed
-        if saved and not saved["holding"] and self.tuner is None and _in_force(session) != (
-                default := JobSetting.from_dict(saved["default"])):
-            self.applied = _in_force(session)
-            self._apply(session, default)  # a search cut short starts again from the starting setting
+        if saved and not saved["holding"] and self.tuner is None:
+            default, self.applied = JobSetting.from_dict(saved["default"]), _in_force(session)
+            if self.applied != default:
+                self._apply(session, default)  # a search cut short starts again from the starting setting
         if self._block_start is not None or step < getattr(session, "start_step", 0) + session.config.warmup_steps:
             return
         self._energy_start = self._energy(session)

@@ -92,19 +92,8 @@ class StragglerCallback(SlackCallback):
                              slack.energy_j[r] if math.isfinite(slack.energy_j[r]) else None, slack.steps)
                   for r in range(len(slack.ready_s))]
         wanted = self.policy.decide(window)[session.rank]
-        if wanted == self.lock:
+        if wanted == self.lock or not self._set_lock(wanted):
             return
-        try:
-            for gpu in self.gpus:
-                if wanted is None:
-                    self.controller.unlock_sm_clocks(gpu)
-                else:
-                    self.controller.lock_sm_clock(gpu, int(wanted))
-        except KnobError as exc:
-            log.warning("stragglers: %s; this rank keeps its clock", exc)
-            self.policy = None
-            return
-        self.lock = wanted
         self.changes.append({"window": slack.index, "step": slack.first_step + slack.steps,
                              "clock_mhz": wanted, "critical_rank": slack.critical_rank})
 
@@ -122,16 +111,25 @@ class StragglerCallback(SlackCallback):
             return
         self.policy.load_state_dict(state["policy"])
         self.changes = list(state["changes"])
-        lock = state["lock"]
-        if lock is not None:
-            try:
-                for gpu in self.gpus:
-                    self.controller.lock_sm_clock(gpu, int(lock))
-            except KnobError as exc:
-                log.warning("stragglers: %s; this rank keeps its clock", exc)
-                self.policy = None
-                return
-        self.lock = lock
+        if state["lock"] is not None:
+            self._set_lock(state["lock"])
+
+    def _set_lock(self, clock: float | None) -> bool:
+        """Lock this rank's GPUs at ``clock`` (``None``: unlock) through the knob controller; a GPU that refuses
+        turns the tuning off on this rank. Returns whether the lock is in place."""
+        assert self.controller is not None
+        try:
+            for gpu in self.gpus:
+                if clock is None:
+                    self.controller.unlock_sm_clocks(gpu)
+                else:
+                    self.controller.lock_sm_clock(gpu, int(clock))
+        except KnobError as exc:
+            log.warning("stragglers: %s; this rank keeps its clock", exc)
+            self.policy = None
+            return False
+        self.lock = clock
+        return True
 
     def on_rank_end(self, session: Any, rank_record: Any) -> None:
         """Restore the clocks, then add what was changed to this rank's slack record."""

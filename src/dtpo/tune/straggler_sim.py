@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,8 +125,11 @@ def job_model(job: StragglerJob) -> GpuModel:
 
 
 def run_job(job: StragglerJob, tune: bool, journal_dir: Path | None = None,
-            progress: Callable[[int], None] | None = None) -> JobResult:
-    """Run ``job`` (with per-rank slowdown when ``tune``); the GPUs are restored before returning."""
+            progress: Callable[[int], None] | None = None,
+            fixed_locks: Sequence[float | None] | None = None) -> JobResult:
+    """Run ``job`` (with per-rank slowdown when ``tune``; or with ``fixed_locks``, one SM clock per rank, ``None``
+    for free, held from the first step: a static setting to compare with); the GPUs are restored before
+    returning."""
     job.validate()
     model = job_model(job)
     spec = model.spec
@@ -140,6 +143,10 @@ def run_job(job: StragglerJob, tune: bool, journal_dir: Path | None = None,
         locks: list[float | None] = [None] * job.gpus
         result = JobResult(0.0, 0.0, 0.0)
         with KnobController("apply", journal, log=lambda _: None) as controller:
+            for r, clock in enumerate(fixed_locks or ()):
+                if clock is not None:
+                    controller.lock_sm_clock(ranks[r], int(clock))
+                    locks[r] = clock
             done = 0
             while done < job.steps:
                 n = min(job.window_steps, job.steps - done)

@@ -38,11 +38,9 @@ change's settling time, and later warm-ups last the largest settling seen (times
 
 from __future__ import annotations
 
-import enum
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
@@ -51,98 +49,11 @@ from dtpo.tune.report import profiling_cost, projected_saving, settings_rows
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
+from dtpo.tune.tuner_types import Candidate, Judgement, Phase, TunerOptions, Visit
+
+__all__ = ["Candidate", "Phase", "PowerTuner", "TunerOptions"]
 
 logger = logging.getLogger(__name__)
-
-
-class Phase(enum.Enum):
-    """Where the tuner is."""
-
-    WAIT = "wait"
-    WARMUP = "warmup"
-    PROFILE = "profile"
-    HOLD = "hold"
-
-
-@dataclass(frozen=True)
-class TunerOptions:
-    """How the tuner searches.
-
-    Attributes:
-        wait_steps: Steps at the default before anything is measured (compilation, caches, data loaders).
-        min_wait_s: The wait also lasts at least this long (a job's first second or two can run slower than
-            the rest: allocator, caches, data-loader workers; short steps would end ``wait_steps`` within it).
-        first_visit_steps: Measured steps of a setting's first visit.
-        quick_look_steps: A first visit ends after this many steps when the setting is already clearly costlier
-            than the best so far.
-        revisit_steps: Measured steps added per visit while the survivors race.
-        budget_steps_per_candidate: Profiling budget in steps (warm-ups included), per candidate setting.
-        z: Standard errors of a difference that make a setting clearly worse (or clearly too slow).
-        tolerance: Stop racing once the best is within this relative cost of every survivor.
-        steep_rise: Relative cost above the best that, with a clear slowdown, drops every lower setting.
-        min_warmup_steps: Fewest warm-up steps after a change.
-        min_warmup_s: Shortest warm-up in seconds (at least one update period of the energy counter, so the
-            previous setting's energy, which a lagging counter reports late, falls into the warm-up).
-        min_block_s: Shortest block in seconds while profiling (a few counter periods, so a block's energy is
-            not mostly the counter's rounding).
-        max_warmup_s: Longest warm-up, in seconds, whatever the settling estimate says.
-        drift: Relative change of the held setting's cost that counts as drift (checked over
-            ``drift_window_steps`` steps, twice in a row) and starts a new search.
-        drift_window_steps: Steps per drift check while holding.
-        ordered: Whether each knob's candidates lie along one axis on which time only grows (power limits,
-            clocks): then steep rises prune the rest of the axis unvisited. Job knobs (precision, accumulation,
-            compression) are not ordered that way.
-    """
-
-    wait_steps: int = 2
-    min_wait_s: float = 0.0
-    first_visit_steps: int = 4
-    quick_look_steps: int = 2
-    revisit_steps: int = 8
-    budget_steps_per_candidate: int = 15
-    z: float = 2.0
-    tolerance: float = 0.01
-    steep_rise: float = 0.25
-    min_warmup_steps: int = 1
-    min_warmup_s: float = 0.0
-    min_block_s: float = 0.0
-    max_warmup_s: float = 5.0
-    drift: float = 0.10
-    drift_window_steps: int = 200
-    ordered: bool = True
-
-
-@dataclass
-class Candidate:
-    """A setting the search may visit, with what is known about it."""
-
-    index: int
-    stats: SettingStats
-    status: str = "unvisited"  # unvisited, measured, dropped (clearly worse), infeasible, pruned, rejected, chosen
-    reason: str = ""
-
-
-@dataclass
-class _Judgement:
-    """What one decision works from: every measured setting's estimate, the default's (``MaxSlowdown``'s
-    reference) and how many standard errors make a difference clear."""
-
-    estimates: dict[int, Estimate]
-    ref: Estimate | None
-    z: float
-    reference: Candidate | None
-
-
-@dataclass
-class _Visit:
-    """The current stay at one candidate since it was applied."""
-
-    candidate: Candidate
-    target_steps: int
-    warmup_left: int
-    started_by_change: bool
-    blocks: list[tuple[float, Block]] = field(default_factory=list)  # (seconds since the change, block)
-    elapsed_s: float = 0.0
 
 
 class PowerTuner:
@@ -185,7 +96,7 @@ class PowerTuner:
         self.history: list[str] = []
         self._dimension = 0
         self._candidates: list[Candidate] = []
-        self._visit: _Visit | None = None
+        self._visit: Visit | None = None
         self._wait_left = self.options.wait_steps
         self._waited_s = 0.0
         self._last_step_s = 0.0
@@ -293,7 +204,7 @@ class PowerTuner:
             self._end_visit()
         return self.current
 
-    def _already_clearly_worse(self, visit: _Visit) -> bool:
+    def _already_clearly_worse(self, visit: Visit) -> bool:
         """A first visit ends after ``quick_look_steps`` when the setting is already clearly costlier than the
         best measured so far: the steps go to the settings still in the running."""
         stats = visit.candidate.stats
@@ -344,7 +255,7 @@ class PowerTuner:
         warmup = 0
         if changed:
             warmup = self._warmup_steps()
-        self._visit = _Visit(candidate, target_steps, warmup, changed)
+        self._visit = Visit(candidate, target_steps, warmup, changed)
         if candidate.status == "unvisited":
             candidate.status = "measured"
         self.current = candidate.stats.setting
@@ -371,7 +282,7 @@ class PowerTuner:
         self._visit = None
         self._decide()
 
-    def _observe_settling(self, visit: _Visit) -> None:
+    def _observe_settling(self, visit: Visit) -> None:
         """How long after the change this visit's blocks reached their settled level; move the earlier blocks
         out of the setting's figures."""
         settled_from = self.settling.observe(visit.blocks, visit.elapsed_s, self._noise().cost_cv)
@@ -422,7 +333,7 @@ class PowerTuner:
             self._reference = self._candidates[0].stats
         cands = self._candidates
         measured = [c for c in cands if c.stats.measured]
-        j = _Judgement(estimates=dict(zip((c.index for c in measured),
+        j = Judgement(estimates=dict(zip((c.index for c in measured),
                                           self._estimates([c.stats for c in measured]), strict=True)),
                        ref=self._reference_estimate(), z=t_quantile(self._noise().dof, self.options.z),
                        reference=next((c for c in cands if c.stats is self._reference), None))
@@ -449,7 +360,7 @@ class PowerTuner:
             return
         self._race(j, [c for c in cands if c.status == "measured"], best)
 
-    def _rule_out_too_slow(self, j: _Judgement) -> None:
+    def _rule_out_too_slow(self, j: Judgement) -> None:
         """``MaxSlowdown``: settings clearly too slow go, and every lower one with a setting far too slow."""
         for c in self._candidates:
             if c.status != "measured" or self._feasible(j.estimates[c.index], j.ref, j.z) is not False:
@@ -459,7 +370,7 @@ class PowerTuner:
             if j.estimates[c.index].time_per_sample_s > 1.05 * self.metric.factor * j.ref.time_per_sample_s:
                 self._prune_below(c.index, "below a setting far slower than allowed")
 
-    def _drop_costlier(self, j: _Judgement, live: list[Candidate], best: Candidate) -> None:
+    def _drop_costlier(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
         """Drop what is clearly costlier than the cheapest setting that is surely allowed; where cost and time
         rise steeply below the best, drop every lower setting unvisited."""
         sure = [c for c in live if self._feasible(j.estimates[c.index], j.ref, j.z) is True]
@@ -479,7 +390,7 @@ class PowerTuner:
             if gap > self.options.steep_rise * a.cost and self._steep(c, anchor, j.estimates, j.z):
                 self._prune_below(c.index, f"below {c.stats.setting.label}, which is already far costlier")
 
-    def _race(self, j: _Judgement, live: list[Candidate], best: Candidate) -> None:
+    def _race(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
         """Every candidate is visited or ruled out: hold the best once it is within tolerance of every survivor,
         else measure more of the best or its most dangerous challenger (LUCB), whichever is less certain. When
         the best may be too slow for ``MaxSlowdown``, measure it and the default instead (their times decide)."""

@@ -1,0 +1,101 @@
+"""What the power tuner's state machine (:mod:`dtpo.tune.tuner`) works with: its phases, its search options, the
+candidate settings with their status, a decision's judgement, and the current visit."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from dtpo.tune.stats import Block, Estimate, SettingStats
+
+__all__ = ["Candidate", "Judgement", "Phase", "TunerOptions", "Visit"]
+
+
+class Phase(enum.Enum):
+    """Where the tuner is."""
+
+    WAIT = "wait"
+    WARMUP = "warmup"
+    PROFILE = "profile"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True)
+class TunerOptions:
+    """How the tuner searches.
+
+    Attributes:
+        wait_steps: Steps at the default before anything is measured (compilation, caches, data loaders).
+        min_wait_s: The wait also lasts at least this long (a job's first second or two can run slower than
+            the rest: allocator, caches, data-loader workers; short steps would end ``wait_steps`` within it).
+        first_visit_steps: Measured steps of a setting's first visit.
+        quick_look_steps: A first visit ends after this many steps when the setting is already clearly costlier
+            than the best so far.
+        revisit_steps: Measured steps added per visit while the survivors race.
+        budget_steps_per_candidate: Profiling budget in steps (warm-ups included), per candidate setting.
+        z: Standard errors of a difference that make a setting clearly worse (or clearly too slow).
+        tolerance: Stop racing once the best is within this relative cost of every survivor.
+        steep_rise: Relative cost above the best that, with a clear slowdown, drops every lower setting.
+        min_warmup_steps: Fewest warm-up steps after a change.
+        min_warmup_s: Shortest warm-up in seconds (at least one update period of the energy counter, so the
+            previous setting's energy, which a lagging counter reports late, falls into the warm-up).
+        min_block_s: Shortest block in seconds while profiling (a few counter periods, so a block's energy is
+            not mostly the counter's rounding).
+        max_warmup_s: Longest warm-up, in seconds, whatever the settling estimate says.
+        drift: Relative change of the held setting's cost that counts as drift (checked over
+            ``drift_window_steps`` steps, twice in a row) and starts a new search.
+        drift_window_steps: Steps per drift check while holding.
+        ordered: Whether each knob's candidates lie along one axis on which time only grows (power limits,
+            clocks): then steep rises prune the rest of the axis unvisited. Job knobs (precision, accumulation,
+            compression) are not ordered that way.
+    """
+
+    wait_steps: int = 2
+    min_wait_s: float = 0.0
+    first_visit_steps: int = 4
+    quick_look_steps: int = 2
+    revisit_steps: int = 8
+    budget_steps_per_candidate: int = 15
+    z: float = 2.0
+    tolerance: float = 0.01
+    steep_rise: float = 0.25
+    min_warmup_steps: int = 1
+    min_warmup_s: float = 0.0
+    min_block_s: float = 0.0
+    max_warmup_s: float = 5.0
+    drift: float = 0.10
+    drift_window_steps: int = 200
+    ordered: bool = True
+
+
+@dataclass
+class Candidate:
+    """A setting the search may visit, with what is known about it."""
+
+    index: int
+    stats: SettingStats
+    status: str = "unvisited"  # unvisited, measured, dropped (clearly worse), infeasible, pruned, rejected, chosen
+    reason: str = ""
+
+
+@dataclass
+class Judgement:
+    """What one decision works from: every measured setting's estimate, the default's (``MaxSlowdown``'s
+    reference) and how many standard errors make a difference clear."""
+
+    estimates: dict[int, Estimate]
+    ref: Estimate | None
+    z: float
+    reference: Candidate | None
+
+
+@dataclass
+class Visit:
+    """The current stay at one candidate since it was applied."""
+
+    candidate: Candidate
+    target_steps: int
+    warmup_left: int
+    started_by_change: bool
+    blocks: list[tuple[float, Block]] = field(default_factory=list)  # (seconds since the change, block)
+    elapsed_s: float = 0.0
