@@ -130,3 +130,37 @@ def test_a_rank_whose_time_barely_follows_its_clock_goes_as_low_as_its_own_point
     copy = StragglerSlowdown(fine, margin=0.005, max_step=0.10)
     copy.load_state_dict(json.loads(json.dumps(policy.state_dict())))
     assert copy.measured == policy.measured
+
+
+def test_the_fleet_curve_recovers_the_shared_shape_whatever_each_rank_s_own_speed() -> None:
+    from dtpo.tune.straggler import Pooled, fleet_curve
+
+    shape = {1500.0: 1.0, 1350.0: 1.02, 1200.0: 1.08}  # time against clock, common to every rank
+    levels = {0: 1.0, 1: 1.05, 2: 0.97}  # each rank's own speed
+    visited = {0: [1500.0, 1350.0], 1: [1350.0, 1200.0], 2: [1500.0, 1200.0]}
+    measured = {r: {c: [Pooled(levels[r] * shape[c], 20, 1, 0.0, levels[r] * shape[c], levels[r] * shape[c])]
+                    for c in clocks} for r, clocks in visited.items()}
+    measured[3] = {1500.0: [Pooled(2.0, 20, 1, 0.0, 2.0, 2.0)]}  # one clock only: a level, no say on the shape
+    curve = fleet_curve(measured)
+    predicted = curve.predict(3, 1500.0, min_ranks=2)
+    assert predicted[1200.0] == pytest.approx(2.0 * 1.08, rel=1e-6)
+    assert predicted[1350.0] == pytest.approx(2.0 * 1.02, rel=1e-6)
+    assert curve.predict(1, 1350.0, min_ranks=3) == {}  # no clock was run at by three ranks
+
+
+def test_a_rank_that_changes_speed_starts_its_pools_again() -> None:
+    policy = StragglerSlowdown(CLOCKS)
+    for _ in range(3):
+        policy.decide([RankWindow(1.0, 1500.0, spread=0.01, steps=20), RankWindow(1.3, 1500.0, spread=0.01, steps=20)])
+    assert len(policy.measured[0][1500.0]) == 3
+    # rank 0 is now 20 % slower (a straggler arrived): far beyond the noise of the pooled windows
+    policy.decide([RankWindow(1.2, 1500.0, spread=0.01, steps=20), RankWindow(1.3, 1500.0, spread=0.01, steps=20)])
+    assert [row.mean for row in policy.measured[0][1500.0]] == [1.2]
+    assert len(policy.measured[1][1500.0]) == 4  # rank 1 did not change: its windows keep pooling
+
+
+def test_the_held_out_half_of_a_window_is_its_odd_numbered_steps() -> None:
+    window = RankWindow(1.0, 1500.0, steps=20, holdout_s=1.1)
+    even, odd = window.split()
+    assert odd == 1.1 and (even + odd) / 2 == pytest.approx(1.0)
+    assert RankWindow(1.0, 1500.0, steps=20).split() == (1.0, 1.0)

@@ -44,6 +44,8 @@ class SlackWindow:
         critical_share: The share of steps in which it was.
         ready_s: Each rank's mean time per step until ready, by rank.
         spread: Each rank's relative step-to-step standard deviation of that time, by rank.
+        holdout_s: Each rank's mean time per step until ready over the window's odd-numbered steps only, by rank
+            (the straggler policy fits its curve on these and decides on the others).
         clock_mhz: Each rank's SM clock at the end of the window where it was reported (``nan`` otherwise).
         locked: Whether each rank's SM clock was locked.
         energy_j: Each rank's GPU energy per step over the window where it was reported (``nan`` otherwise).
@@ -58,6 +60,7 @@ class SlackWindow:
     critical_share: float
     ready_s: tuple[float, ...] = ()
     spread: tuple[float, ...] = ()
+    holdout_s: tuple[float, ...] = ()
     clock_mhz: tuple[float, ...] = ()
     locked: tuple[bool, ...] = ()
     energy_j: tuple[float, ...] = ()
@@ -153,12 +156,14 @@ def _summarise(window: Window, table: torch.Tensor) -> SlackWindow:
     ready = table[:, :, 0]
     mean = ready.mean(dim=1)
     spread = ready.std(dim=1, correction=0) / mean.clamp_min(1e-12) if steps > 1 else torch.zeros(ranks)
+    holdout = ready[:, 1::2].mean(dim=1) if steps > 1 else mean
     return SlackWindow(
         index=window.index, first_step=window.first_step, steps=steps,
         wait_s=tuple(sum(w) / steps for w in waits),
         wait_share=tuple(sum(w) / t if t > 0 else 0.0 for w, t in zip(waits, step_time, strict=True)),
         critical_rank=top, critical_share=count / steps,
         ready_s=tuple(float(v) for v in mean), spread=tuple(float(v) for v in spread),
+        holdout_s=tuple(float(v) for v in holdout),
         clock_mhz=tuple(float(table[r, -1, 3]) for r in range(ranks)),
         locked=tuple(bool(table[r, -1, 4] > 0.5) for r in range(ranks)),
         energy_j=tuple(float(table[r, -1, 5]) for r in range(ranks)))

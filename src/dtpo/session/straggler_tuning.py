@@ -89,7 +89,8 @@ class StragglerCallback(SlackCallback):
         top = self.policy.clocks_mhz[-1]
         window = [RankWindow(slack.ready_s[r], slack.clock_mhz[r] if math.isfinite(slack.clock_mhz[r]) else top,
                              slack.locked[r], slack.spread[r],
-                             slack.energy_j[r] if math.isfinite(slack.energy_j[r]) else None, slack.steps)
+                             slack.energy_j[r] if math.isfinite(slack.energy_j[r]) else None, slack.steps,
+                             slack.holdout_s[r] if slack.holdout_s else None)
                   for r in range(len(slack.ready_s))]
         wanted = self.policy.decide(window)[session.rank]
         if wanted == self.lock or not self._set_lock(wanted):

@@ -162,13 +162,14 @@ def run_job(job: StragglerJob, tune: bool, journal_dir: Path | None = None,
                 result.time_s += float(step_s.sum())
                 done += n
                 ready = compute.mean(axis=1)
+                holdout = compute[:, 1::2].mean(axis=1) if n > 1 else ready
                 spread = compute.std(axis=1) / np.maximum(ready, 1e-12) if n > 1 else np.zeros(job.gpus)
                 running = [gpu.operating_point().sm_clock_mhz for gpu in ranks]
                 result.critical.append(int(np.argmax(ready)))
                 result.clocks.append(running)
                 if tune:
                     wanted = policy.decide([RankWindow(float(ready[r]), running[r], locks[r] is not None,
-                                                       float(spread[r]), float(spent[r]) / n, n)
+                                                       float(spread[r]), float(spent[r]) / n, n, float(holdout[r]))
                                             for r in range(job.gpus)])
                     for r, (gpu, clock) in enumerate(zip(ranks, wanted, strict=True)):
                         if clock == locks[r]:
