@@ -112,16 +112,14 @@ class StragglerSlowdown:
         energy_tolerance: Where energy per step is measured, a rank whose energy per step rose by more than this
             share when its clock dropped goes back up and stays at or above the higher clock: below the
             least-energy clock, a slower clock costs energy instead of saving it.
-        explore_windows: How long a rank's ready time measured at a clock counts. A rank that met its aim at its
-            clock tries one supported clock ``min_gain`` to twice that lower when its own recent points (the
-            local slope of log time against log clock, at least ``MIN_SLOPE``) say it will still meet the aim,
-            and keeps the lowest clock it measured meeting it: ``time ~ 1 / clock`` alone never goes where
-            kernels slow down far less than the clock.
+        pool_windows: A rank's pool at one clock keeps its latest this many windows (older ones drop out as new
+            ones come; a pool at a clock the rank left stays until the rank changes speed, so the fleet's curve keeps
+            linking every clock, the free one included, to those the ranks run at now).
         fleet_ranks: Where at least this many ranks ran at a clock, a rank's ready time there is predicted from its
             own time at its current clock and the fleet's curve (:func:`fleet_curve`) rather than from its own
             points alone: the ranks of one job share the shape of time against clock, and the curve fitted over
             all of them is far less noisy than any one rank's windows.
-        change_sigmas: A rank's windows at one clock are pooled (the mean of ``explore_windows`` windows is that
+        change_sigmas: A rank's windows at one clock are pooled (the mean of ``pool_windows`` windows is that
             many times less noisy than one window's); a window whose mean differs from the pool's by more than
             this many standard errors of the difference means the rank itself changed speed (a straggler came
             or went), and its pools start again from that window.
@@ -140,7 +138,7 @@ class StragglerSlowdown:
     energy_floor: dict[int, float] = field(default_factory=dict)
     _seen: dict[int, tuple[float, float]] = field(default_factory=dict)
     _windows: int = 0
-    explore_windows: int = 30
+    pool_windows: int = 30
     change_sigmas: float = 4.0
     measured: dict[int, dict[float, list[Pooled]]] = field(default_factory=dict)
     fleet_ranks: int = 3
@@ -279,13 +277,9 @@ class StragglerSlowdown:
 
     def _pool(self, rank: int, w: RankWindow) -> RankWindow:
         """Add the window to the rank's pool at its clock and return the window with the pool's mean ready time
-        and spread. Windows older than ``explore_windows`` leave the pools; a window that differs from its pool
-        by more than ``change_sigmas`` standard errors empties every pool of the rank (its own speed changed)."""
+        and spread. A pool keeps its latest ``pool_windows`` windows; a window that differs from its pool by more
+        than ``change_sigmas`` standard errors empties every pool of the rank (its own speed changed)."""
         mine = self.measured.setdefault(rank, {})
-        for clock in list(mine):
-            mine[clock] = [row for row in mine[clock] if self._windows - row.window < self.explore_windows]
-            if not mine[clock]:
-                del mine[clock]
         rows = mine.get(w.clock_mhz, [])
         if rows:
             mean, se = _pooled_mean(rows), _pooled_se(rows)
@@ -294,6 +288,7 @@ class StragglerSlowdown:
                 mine.clear()
         rows = mine.setdefault(w.clock_mhz, [])
         rows.append(Pooled(w.ready_s, max(w.steps, 1), self._windows, w.spread, *w.split()))
+        del rows[:-self.pool_windows]
         steps = sum(row.steps for row in rows)
         spread = math.sqrt(sum(row.steps * row.spread ** 2 for row in rows) / steps)
         return RankWindow(_pooled_mean(rows), w.clock_mhz, w.locked, spread, w.energy_j, steps)
