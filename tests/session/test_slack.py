@@ -44,3 +44,19 @@ def test_the_waiting_rank_learns_its_slack_once_per_window(tmp_path: Path) -> No
     record = results[0]["record"]
     assert record["windows"] == full_windows and record["critical_ranks"] == {"1": full_windows}
     assert record["wait_s_per_step"] > 0.3 * LAG_S and record["wait_share"] > 0.1
+
+
+def test_a_window_summary_holds_each_rank_s_mean_over_its_odd_numbered_steps_for_the_policy() -> None:
+    import torch
+
+    from dtpo.core.callbacks import Window
+    from dtpo.session.slack import _summarise
+
+    ready = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 5.0, 7.0, 9.0]], dtype=torch.float64)
+    table = torch.zeros(2, 4, 6, dtype=torch.float64)
+    table[:, :, 0] = ready
+    table[:, :, 1] = float("nan")
+    table[:, :, 2] = 10.0
+    summary = _summarise(Window(0, 0, 3, 40.0, 4, 10.0), table)
+    assert summary.ready_s == (2.5, 6.5)
+    assert summary.holdout_s == (3.0, 7.0)  # steps 1 and 3 of each rank
