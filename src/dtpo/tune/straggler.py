@@ -420,7 +420,7 @@ def _pooled_se(rows: Sequence[Pooled]) -> float:
     return math.sqrt(variance / steps)
 
 
-def expected_max(means: np.ndarray, sds: np.ndarray, points: int = 512) -> float:
+def expected_max(means: np.ndarray, sds: np.ndarray, points: int = 128) -> float:
     """Expected maximum of independent normal variables (``means``, standard deviations ``sds``), by integrating
     ``1 - prod(Phi)`` over a grid that spans where the maximum can fall."""
     sds = np.maximum(sds, 1e-9 * np.maximum(np.abs(means), 1e-12))
@@ -443,7 +443,7 @@ def _normal_cdf(z: np.ndarray) -> np.ndarray:
 
 
 def noisy_aim(ready_s: Sequence[float], spreads: Sequence[float], critical: int, pace: float, budget: float,
-              iterations: int = 30) -> float:
+              iterations: int = 20) -> float:
     """The latest common ready time (at most ``pace``) the ranks other than ``critical`` can be moved to (each
     rank already later keeps its own) with the expected step time at most ``1 + budget`` times what it is with
     every rank at ``ready_s``; each rank's step time is normal with relative spread ``spreads``."""
