@@ -263,3 +263,27 @@ def test_blocks_that_read_no_energy_do_not_crash_the_tuner() -> None:
         if tuner.current != DEFAULT:
             block = Block(block.steps, block.samples, block.time_s, 0.0)
         tuner.feed(block)
+
+
+@pytest.mark.parametrize("noise", [0.01, 0.05])
+@pytest.mark.parametrize("metric", [Energy(), MaxSlowdown(1.1)])
+def test_the_profiling_budget_is_a_hard_cap_warm_ups_included(noise: float, metric: CostMetric) -> None:
+    """However noisy the job, the steps from the end of the wait to the hold never exceed the budget."""
+    for seed in range(5):
+        options = TunerOptions(min_warmup_steps=2)
+        tuner = make_tuner(metric, options)
+        run_until_hold(tuner, SyntheticJob(noise=noise, seed=seed))
+        waited = sum(s.steps for s in tuner.segments if s.phase == "wait")
+        assert tuner.profiling_steps - waited <= options.budget_steps_per_candidate * len(LIMITS)
+
+
+def test_a_noisy_race_spends_its_steps_on_the_contenders() -> None:
+    """At 5 % noise the near-equal settings around the least energy get most of the steps; the settings far from
+    it get a short look only."""
+    tuner = make_tuner()
+    run_until_hold(tuner, SyntheticJob(noise=0.05, seed=3))
+    steps = {s.power_limit_w: tuner.stats[s].steps + tuner.stats[s].warmup_steps for s in tuner.stats}
+    contenders = sum(steps.get(w, 0) for w in (225.0, 200.0, 175.0, 150.0))
+    far = sum(steps.get(w, 0) for w in (275.0, 125.0, 100.0))
+    assert contenders > 3 * far
+    assert tuner.choice in (GpuSetting(200.0), GpuSetting(175.0))  # within 2.5 % of the least energy

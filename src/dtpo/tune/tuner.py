@@ -25,10 +25,15 @@ floating) downwards:
    clearly worse than the best by ``steep_rise`` *and* clearly slower than its higher neighbour (the limit
    bites hard there), every lower setting is dropped unvisited: time only grows as the limit falls, and
    power cannot fall fast enough to pay for it. This is what saves a full sweep's steps at the lowest limits.
-4. When every remaining setting has been visited, the survivors race: the one whose interval matters most
-   gets ``revisit_steps`` more steps, until the best is within ``tolerance`` of every survivor even at the
-   pessimistic ends of their intervals, or the profiling budget (``budget_steps_per_candidate`` times the
-   number of candidates) is spent. Then the best estimate is held.
+4. When every remaining setting has been visited, the survivors race until the best is within ``tolerance``
+   of every survivor even at the pessimistic ends of their intervals, or the profiling budget
+   (``budget_steps_per_candidate`` times the number of candidates, warm-ups included, a hard cap) is spent.
+   Every challenger still in the running first gets a fair look of its own (``first_visit_steps +
+   revisit_steps``), so a setting misjudged on a short first visit is not left behind; then the rest of the
+   budget is shared out by OCBA (:mod:`dtpo.tune.allocation`), which gives close challengers and the best
+   the steps that decide between them. Under ``MaxSlowdown``, while the best or a cheaper setting may be too
+   slow, its time and the default's are measured instead, each step going where it narrows their comparison
+   most for what it costs. Then the best estimate is held.
 
 Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
 visit are compared with the visit's settled level, the time until they stay within the noise is that
@@ -43,6 +48,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dtpo.tune.allocation import Contender, cheapest_information, ocba_targets
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
 from dtpo.tune.knob import Knob
 from dtpo.tune.report import profiling_cost, projected_saving, settings_rows
@@ -355,8 +361,7 @@ class PowerTuner:
         unvisited = [c for c in cands if c.status == "unvisited"]
         if unvisited:
             nxt = self._next_unvisited(unvisited, best, j.estimates)
-            self._begin_visit(nxt, nxt.stats.steps + self.options.first_visit_steps,
-                              changed=nxt.stats.setting != self.current)
+            self._revisit(nxt, self.options.first_visit_steps, best)
             return
         self._race(j, [c for c in cands if c.status == "measured"], best)
 
@@ -392,37 +397,72 @@ class PowerTuner:
 
     def _race(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
         """Every candidate is visited or ruled out: hold the best once it is within tolerance of every survivor,
-        else measure more of the best or its most dangerous challenger (LUCB), whichever is less certain. When
-        the best may be too slow for ``MaxSlowdown``, measure it and the default instead (their times decide)."""
+        else measure more of the best or a challenger, as :mod:`dtpo.tune.allocation` says. When the best, or a
+        cheaper setting, may be too slow for ``MaxSlowdown``, measure it or the default instead (their times
+        decide), whichever step narrows the comparison most for what it costs."""
         b, z = j.estimates[best.index], j.z
         pending = [c for c in live if c is not best and
                    (b.cost - j.estimates[c.index].cost) + z * math.hypot(j.estimates[c.index].cost_se, b.cost_se)
                    > self.options.tolerance * b.cost]
-        spread = "cost_se"
         # MaxSlowdown: whether the best, or a cheaper setting, is fast enough is decided by its time and the
-        # default's: measure whichever of the two is less certain
+        # default's
         unsure = [c for c in live if (c is best or j.estimates[c.index].cost < b.cost)
                   and self._feasible(j.estimates[c.index], j.ref, z) is None]
         if unsure and j.reference is not None:
-            pending, spread = [min(unsure, key=lambda c: j.estimates[c.index].cost)], "time_se"
+            self._measure_time(j, min(unsure, key=lambda c: j.estimates[c.index].cost), best)
+            return
         if not pending:
             self._finish_dimension(best, "best within tolerance of every survivor")
             return
-        noise = self._noise()
-        figures = {c.index: estimate(c.stats, noise, self.metric, self.context)
-                   for c in [best, *pending, *([j.reference] if j.reference is not None else [])]}
-        if spread == "time_se":
-            assert j.reference is not None
-            pair = [pending[0], j.reference] if pending[0] is not j.reference else [pending[0]]
-        else:
-            pair = [best, min(pending, key=lambda c: figures[c.index].cost - z * figures[c.index].cost_se)]
-        se = {c.index: getattr(figures[c.index], spread) for c in pair}
-        pick = max(pair, key=lambda c: se[c.index])
+        # a contender still in the running gets a fair look of its own before the budget goes to near-ties
+        thin = [c for c in pending if c.stats.steps < self.options.first_visit_steps + self.options.revisit_steps]
+        if thin:
+            pick = min(thin, key=lambda c: j.estimates[c.index].cost - z * j.estimates[c.index].cost_se)
+            self._revisit(pick, self.options.revisit_steps, best)
+            return
+        group = [best, *pending]
+        contenders = {c.index: Contender(c.index, c.stats.steps, j.estimates[c.index].cost,
+                                         j.estimates[c.index].cost_se * math.sqrt(max(c.stats.steps, 1)))
+                      for c in group}
+        left = max(self._budget - self._spent, 0)
+        targets = ocba_targets(contenders[best.index], [contenders[c.index] for c in pending],
+                               sum(c.stats.steps for c in group) + left, self.options.min_gap * b.cost)
+        deficit = {c.index: targets[c.index] - c.stats.steps for c in group}
+        pick = max(group, key=lambda c: deficit[c.index])
+        here = next((c for c in group if c.stats.setting == self.current), None)
+        if here is not None and deficit[here.index] >= 0.5 * deficit[pick.index]:
+            pick = here  # staying put costs no warm-up: prefer it when its need is nearly as large
+        self._revisit(pick, min(max(self.options.revisit_steps, math.ceil(deficit[pick.index])),
+                                2 * self.options.revisit_steps), best)
+
+    def _measure_time(self, j: Judgement, unsure: Candidate, best: Candidate) -> None:
+        """``MaxSlowdown``: one more visit to ``unsure`` or to the default, whichever narrows the interval of
+        their time difference most per unit of cost (a step at the expensive default costs the most)."""
+        assert j.reference is not None and isinstance(self.metric, MaxSlowdown)
+        pair = [unsure] if unsure is j.reference else [unsure, j.reference]
+        b = j.estimates[best.index].cost
+        factor = {unsure.index: 1.0, j.reference.index: self.metric.factor}
+        variances = {c.index: (factor[c.index] * j.estimates[c.index].time_se) ** 2 for c in pair}
+        steps = {c.index: c.stats.steps for c in pair}
+        costs = {c.index: j.estimates[c.index].cost - b for c in pair}
+        floor = self.options.min_step_cost * abs(b)
+        value = cheapest_information(variances, steps, costs, floor)
+        pick = max(pair, key=lambda c: value[c.index])
         here = next((c for c in pair if c.stats.setting == self.current), None)
-        if here is not None and se[here.index] >= 0.8 * se[pick.index]:
-            pick = here  # staying put costs no warm-up: prefer it when nearly as uncertain
-        self._begin_visit(pick, pick.stats.steps + self.options.revisit_steps,
-                          changed=pick.stats.setting != self.current)
+        if here is not None and value[here.index] >= 0.8 * value[pick.index]:
+            pick = here  # staying put costs no warm-up: prefer it when nearly as useful
+        self._revisit(pick, self.options.revisit_steps, best)
+
+    def _revisit(self, pick: Candidate, steps: int, best: Candidate) -> None:
+        """Visit ``pick`` for ``steps`` more measured steps, fewer where the budget is short; where what is left of
+        the budget would not even cover the warm-up and one measured step, hold ``best`` instead: the budget is a
+        hard cap on profiling, warm-ups included."""
+        changed = pick.stats.setting != self.current
+        left = self._budget - self._spent - (self._warmup_steps() if changed else 0)
+        if left < 1:
+            self._finish_dimension(best, "profiling budget spent")
+            return
+        self._begin_visit(pick, pick.stats.steps + min(steps, left), changed=changed)
 
     def _steep(self, c: Candidate, best: Candidate, estimates: dict[int, Estimate], z: float) -> bool:
         """Whether cost and time rise clearly over two settings in a row from the best down to ``c``: the

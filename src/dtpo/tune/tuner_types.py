@@ -32,9 +32,15 @@ class TunerOptions:
         quick_look_steps: A first visit ends after this many steps when the setting is already clearly costlier
             than the best so far.
         revisit_steps: Measured steps added per visit while the survivors race.
-        budget_steps_per_candidate: Profiling budget in steps (warm-ups included), per candidate setting.
+        budget_steps_per_candidate: Profiling budget in steps (warm-ups included, a hard cap), per candidate
+            setting. 16 keeps a search within a third of a Zeus sweep (50 steps per setting plus one).
         z: Standard errors of a difference that make a setting clearly worse (or clearly too slow).
         tolerance: Stop racing once the best is within this relative cost of every survivor.
+        min_gap: Relative cost gap below which two contenders count as tied when the race shares out its steps
+            (:func:`dtpo.tune.allocation.ocba_targets`).
+        min_step_cost: The least relative cost a ``MaxSlowdown`` race charges for a step at any setting, when it
+            weighs measuring a setting's time against measuring the default's
+            (:func:`dtpo.tune.allocation.cheapest_information`).
         steep_rise: Relative cost above the best that, with a clear slowdown, drops every lower setting.
         min_warmup_steps: Fewest warm-up steps after a change.
         min_warmup_s: Shortest warm-up in seconds (at least one update period of the energy counter, so the
@@ -55,9 +61,11 @@ class TunerOptions:
     first_visit_steps: int = 4
     quick_look_steps: int = 2
     revisit_steps: int = 8
-    budget_steps_per_candidate: int = 15
+    budget_steps_per_candidate: int = 16
     z: float = 2.0
     tolerance: float = 0.01
+    min_gap: float = 0.005
+    min_step_cost: float = 0.1
     steep_rise: float = 0.25
     min_warmup_steps: int = 1
     min_warmup_s: float = 0.0
