@@ -140,8 +140,8 @@ class StragglerSlowdown:
     _windows: int = 0
     pool_windows: int = 30
     change_sigmas: float = 4.0
-    measured: dict[int, dict[float, list[Pooled]]] = field(default_factory=dict)
     fleet_ranks: int = 3
+    measured: dict[int, dict[float, list[Pooled]]] = field(default_factory=dict)
     _curve: FleetCurve = field(default_factory=lambda: FleetCurve({}, {}, {}, {}))
 
     def __post_init__(self) -> None:
@@ -156,16 +156,19 @@ class StragglerSlowdown:
                 self.free_clock[rank] = w.clock_mhz
         self._windows += 1
         self._learn_energy(window)
-        # every figure below is the rank's pooled estimate at the clock it ran at, this window included
-        window = [self._pool(rank, w) for rank, w in enumerate(window)]
+        for rank, w in enumerate(window):
+            self._pool(rank, w)
         self._curve = fleet_curve(self.measured)
-        window = [self._fleet_estimate(rank, w) for rank, w in enumerate(window)]
+        # each rank's ready time at every clock the fleet's curve links to its own (empty where none)
+        fleet = [self._curve.predict(rank, w.clock_mhz, self.fleet_ranks) for rank, w in enumerate(window)]
+        # every figure below is the rank's pooled estimate at the clock it ran at, this window included
+        window = [self._estimate(rank, w, fleet[rank]) for rank, w in enumerate(window)]
         critical = max(range(len(window)), key=lambda r: window[r].ready_s)
         if window[critical].locked:  # slowed too far: never that low again for a while
             self.floor[critical] = (window[critical].clock_mhz, self._windows)
         # every rank's ready time were it running free (see _free_ready); the pace: the critical rank's, but never
         # faster than the slowest rank that runs free already (the real straggler)
-        free_ready = [self._free_ready(r, w) for r, w in enumerate(window)]
+        free_ready = [self._free_ready(r, w, fleet[r]) for r, w in enumerate(window)]
         pace = max([free_ready[critical], *(w.ready_s for w in window if not w.locked)])
         # a step lasts as long as its slowest rank: with noise, the latest common ready time the waiting ranks can
         # aim at without lengthening the expected step by more than the budget
@@ -194,7 +197,7 @@ class StragglerSlowdown:
             if (clock is None or clock >= w.clock_mhz) and below:
                 clock = below[-1]  # a coarse clock list: one supported clock down is the smallest step there is
             bound = max(floor + 1e-6 if self._windows - since < self.floor_windows else 0.0, lowest)
-            recent = self._recent(rank, w, bound)
+            recent = self._recent(rank, fleet[rank], bound)
             # never a clock at or below one the rank's own windows or the fleet's curve say is too slow for the aim
             too_slow = max((c for c, t in recent.items() if t > mine and c < w.clock_mhz - 1e-9), default=None)
             if clock is not None and too_slow is not None and clock <= too_slow + 1e-9:
@@ -212,12 +215,11 @@ class StragglerSlowdown:
                 out.append(clock)
         return out
 
-    def _recent(self, rank: int, w: RankWindow, lowest: float) -> dict[float, float]:
-        """The rank's ready time at each clock above ``lowest`` that it or the fleet ran at recently: from the fleet's
-        curve and the rank's level where at least ``fleet_ranks`` ranks ran there, else its own pooled windows."""
+    def _recent(self, rank: int, fleet: dict[float, float], lowest: float) -> dict[float, float]:
+        """The rank's ready time at each clock above ``lowest`` that it or the fleet ran at recently: ``fleet`` (the
+        curve and the rank's level, where at least ``fleet_ranks`` ranks ran there), else its own pooled windows."""
         recent = {c: _pooled_mean(rows) for c, rows in self.measured.get(rank, {}).items() if c > lowest}
-        recent.update((c, t) for c, t in self._curve.predict(rank, w.clock_mhz, self.fleet_ranks).items()
-                      if c > lowest)
+        recent.update((c, t) for c, t in fleet.items() if c > lowest)
         return recent
 
     def _explore(self, w: RankWindow, mine: float, recent: dict[float, float], lowest: float) -> float | None:
@@ -275,10 +277,10 @@ class StragglerSlowdown:
                 mine.setdefault(float(c), []).append(Pooled(float(mean), int(steps), int(seen), float(spread),
                                                             float(even), float(odd)))
 
-    def _pool(self, rank: int, w: RankWindow) -> RankWindow:
-        """Add the window to the rank's pool at its clock and return the window with the pool's mean ready time
-        and spread. A pool keeps its latest ``pool_windows`` windows; a window that differs from its pool by more
-        than ``change_sigmas`` standard errors empties every pool of the rank (its own speed changed)."""
+    def _pool(self, rank: int, w: RankWindow) -> None:
+        """Add the window to the rank's pool at its clock. A pool keeps its latest ``pool_windows`` windows; a
+        window that differs from its pool by more than ``change_sigmas`` standard errors empties every pool of the
+        rank (its own speed changed)."""
         mine = self.measured.setdefault(rank, {})
         rows = mine.get(w.clock_mhz, [])
         if rows:
@@ -289,26 +291,24 @@ class StragglerSlowdown:
         rows = mine.setdefault(w.clock_mhz, [])
         rows.append(Pooled(w.ready_s, max(w.steps, 1), self._windows, w.spread, *w.split()))
         del rows[:-self.pool_windows]
-        steps = sum(row.steps for row in rows)
-        spread = math.sqrt(sum(row.steps * row.spread ** 2 for row in rows) / steps)
-        return RankWindow(_pooled_mean(rows), w.clock_mhz, w.locked, spread, w.energy_j, steps)
 
-    def _fleet_estimate(self, rank: int, w: RankWindow) -> RankWindow:
-        """The pooled window with the ready time the fleet's curve and the rank's level give at its clock (all of
-        the rank's recent windows at every clock count, not only those at this clock), where the curve links its
-        clock to others."""
-        here = self._curve.predict(rank, w.clock_mhz, self.fleet_ranks).get(w.clock_mhz)
-        rows = [row for pool in self.measured.get(rank, {}).values() for row in pool]
+    def _estimate(self, rank: int, w: RankWindow, fleet: dict[float, float]) -> RankWindow:
+        """The window as the decision sees it (after :meth:`_pool`): the ready time the fleet's curve and the
+        rank's level give at its clock (all of the rank's windows at every clock count), else its pool's mean at
+        that clock; the spread over all its pools."""
+        mine = self.measured[rank]
+        rows = [row for pool in mine.values() for row in pool]
         spread = math.sqrt(sum(row.steps * row.spread ** 2 for row in rows) / sum(row.steps for row in rows))
-        return RankWindow(w.ready_s if here is None else here, w.clock_mhz, w.locked, spread, w.energy_j, w.steps)
+        ready = fleet.get(w.clock_mhz, _pooled_mean(mine[w.clock_mhz]))
+        return RankWindow(ready, w.clock_mhz, w.locked, spread, w.energy_j, w.steps)
 
-    def _free_ready(self, rank: int, w: RankWindow) -> float:
+    def _free_ready(self, rank: int, w: RankWindow, fleet: dict[float, float]) -> float:
         """The rank's ready time at the clock it runs at when free: measured if it runs free, else from the fleet's
-        curve where that links its clock to its free one, else ``time ~ 1 / clock`` (the fastest it can be)."""
+        curve (``fleet``) where that links its clock to its free one, else ``time ~ 1 / clock`` (the fastest it can
+        be)."""
         if not w.locked:
             return w.ready_s
         free = self.free_clock.get(rank, w.clock_mhz)
-        fleet = self._curve.predict(rank, w.clock_mhz, self.fleet_ranks)
         if free in fleet and w.clock_mhz in fleet:
             return w.ready_s * fleet[free] / fleet[w.clock_mhz]
         return w.ready_s * w.clock_mhz / free
@@ -368,10 +368,7 @@ def fleet_curve(measured: dict[int, dict[float, list[Pooled]]],
     by alternating means): each rank keeps its own speed, the shape against clock is common. A rank that ran at
     one clock only gets its level and says nothing about the shape. The offsets are fitted on the windows'
     odd-numbered steps and the levels returned on the even-numbered ones (:attr:`RankWindow.holdout_s`)."""
-    points = {r: {c: (math.log(max(_pooled_mean(rows, "odd"), 1e-300)), sum(row.steps for row in rows))
-                  for c, rows in pools.items()} for r, pools in measured.items() if pools}
-    deciding = {r: {c: (math.log(max(_pooled_mean(rows, "even"), 1e-300)), sum(row.steps for row in rows))
-                    for c, rows in pools.items()} for r, pools in measured.items() if pools}
+    points, deciding = _log_points(measured, "odd"), _log_points(measured, "even")
     parent: dict[float, float] = {}
 
     def root(c: float) -> float:
@@ -400,6 +397,13 @@ def fleet_curve(measured: dict[int, dict[float, list[Pooled]]],
     level = {r: _weighted(pts, offset) for r, pts in deciding.items() if all(c in offset for c in pts)}
     index = {g: i for i, g in enumerate(sorted({root(c) for c in ranks}))}
     return FleetCurve(offset, level, ranks, {c: index[root(c)] for c in ranks})
+
+
+def _log_points(measured: dict[int, dict[float, list[Pooled]]], part: str) -> dict[int, dict[float, tuple[float, int]]]:
+    """Per rank and clock, the log of the pooled mean ready time over ``part`` of the steps (see
+    :func:`_pooled_mean`) and the pool's steps."""
+    return {r: {c: (math.log(max(_pooled_mean(rows, part), 1e-300)), sum(row.steps for row in rows))
+                for c, rows in pools.items()} for r, pools in measured.items() if pools}
 
 
 def _weighted(points: dict[float, tuple[float, int]], offset: dict[float, float]) -> float:

@@ -428,10 +428,7 @@ class PowerTuner:
         targets = ocba_targets(contenders[best.index], [contenders[c.index] for c in pending],
                                sum(c.stats.steps for c in group) + left, self.options.min_gap * b.cost)
         deficit = {c.index: targets[c.index] - c.stats.steps for c in group}
-        pick = max(group, key=lambda c: deficit[c.index])
-        here = next((c for c in group if c.stats.setting == self.current), None)
-        if here is not None and deficit[here.index] >= 0.5 * deficit[pick.index]:
-            pick = here  # staying put costs no warm-up: prefer it when its need is nearly as large
+        pick = self._stay_if_nearly(group, deficit, 0.5)
         self._revisit(pick, min(max(self.options.revisit_steps, math.ceil(deficit[pick.index])),
                                 2 * self.options.revisit_steps), best)
 
@@ -447,11 +444,15 @@ class PowerTuner:
         costs = {c.index: j.estimates[c.index].cost - b for c in pair}
         floor = self.options.min_step_cost * abs(b)
         value = cheapest_information(variances, steps, costs, floor)
-        pick = max(pair, key=lambda c: value[c.index])
-        here = next((c for c in pair if c.stats.setting == self.current), None)
-        if here is not None and value[here.index] >= 0.8 * value[pick.index]:
-            pick = here  # staying put costs no warm-up: prefer it when nearly as useful
+        pick = self._stay_if_nearly(pair, value, 0.8)
         self._revisit(pick, self.options.revisit_steps, best)
+
+    def _stay_if_nearly(self, group: list[Candidate], score: dict[int, float], share: float) -> Candidate:
+        """The candidate of ``group`` with the highest ``score``, or the one in force when its score is at least
+        ``share`` of that: staying put costs no warm-up."""
+        pick = max(group, key=lambda c: score[c.index])
+        here = next((c for c in group if c.stats.setting == self.current), None)
+        return here if here is not None and score[here.index] >= share * score[pick.index] else pick
 
     def _revisit(self, pick: Candidate, steps: int, best: Candidate) -> None:
         """Visit ``pick`` for ``steps`` more measured steps, fewer where the budget is short; where what is left of
