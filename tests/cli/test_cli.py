@@ -76,3 +76,4 @@ def test_bench_measures_each_worker_count(tmp_path: Path) -> None:
                                    "eth-25g-tcp", "--nics-per-node", "1"), capture_output=True, text=True, timeout=120)
     assert plan.returncode == 0, plan.stderr
     assert "measured links (alpha-beta fits)" in plan.stdout
+    assert "CPU ns/byte" in " ".join(plan.stdout.split())  # the probe's CPU timings were fitted and counted

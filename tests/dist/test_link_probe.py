@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 from conftest import run_ranks
 
-from dtpo.dist.link_probe import parse_sizes, probe_all_reduce
+from dtpo.dist.link_probe import parse_sizes, probe_all_reduce, probe_all_reduce_cpu
 
 SIZES = [4096, 65536, 1 << 20]
 
@@ -35,6 +35,25 @@ def test_probe_on_two_ranks(tmp_path: Path) -> None:
     assert all(t > 0 for _, _, t in samples)
     smallest = samples[0][2]
     assert all(t >= smallest / 4 for _, _, t in samples[1:])  # sanity only: no timing thresholds
+
+
+def _probe_cpu(rank: int, world_size: int, out: str) -> None:
+    dist.init_process_group("gloo")
+    try:
+        samples = probe_all_reduce_cpu([4096, 1 << 20], repeats=3, warmup=1)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        Path(out).write_text(json.dumps([[s.n_bytes, s.ranks, s.seconds, s.cpu_seconds] for s in samples]))
+
+
+def test_the_probe_also_times_the_host_cpu_each_all_reduce_used(tmp_path: Path) -> None:
+    out = tmp_path / "samples.json"
+    run_ranks(_probe_cpu, 2, str(out))
+    samples = json.loads(out.read_text())
+    assert [(n, p) for n, p, _, _ in samples] == [(4096, 2), (1 << 20, 2)]
+    assert all(t > 0 and cpu >= 0 for _, _, t, cpu in samples)
+    assert samples[1][3] > 0  # a 1 MiB sum over gloo costs some CPU time on any machine
 
 
 def test_probe_needs_a_process_group() -> None:

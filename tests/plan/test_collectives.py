@@ -9,6 +9,7 @@ from dtpo.plan.collectives import (
     LinkCost,
     all_gather,
     all_reduce,
+    all_reduce_host_cpu,
     fsdp_step_comm,
     hierarchical_all_gather,
     hierarchical_all_reduce,
@@ -138,3 +139,13 @@ def test_powersgd_needs_the_shapes_and_they_must_add_up() -> None:
         wire_bytes(4e8, "zip")
     with pytest.raises(ValueError):
         wire_bytes(-4, "none")
+
+
+def test_host_cpu_of_an_all_reduce_by_hand() -> None:
+    intra = LinkCost(0.0, 100e9, cpu_s_per_byte=1e-9)
+    inter = LinkCost(0.0, 10e9, cpu_s_per_byte=2e-9)
+    # one node of 4: a rank moves 2 x 3/4 x 8 MB = 12 MB inside it, at 1 ns a byte
+    assert all_reduce_host_cpu(8e6, 4, 1, intra) == pytest.approx(12e6 * 1e-9)
+    # 2 nodes of 4: the same inside, plus 2 x 1/2 x 8 MB / 4 = 2 MB between nodes, at 2 ns a byte
+    assert all_reduce_host_cpu(8e6, 4, 2, intra, inter) == pytest.approx(12e6 * 1e-9 + 2e6 * 2e-9)
+    assert all_reduce_host_cpu(8e6, 4, 2, LinkCost(0.0, 1e9), LinkCost(0.0, 1e9)) == 0

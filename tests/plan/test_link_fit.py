@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import pytest
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.link_fit import fit_alpha_beta
+from dtpo.plan.link_fit import fit_alpha_beta, fit_cpu_cost
 
 
 def synthetic(alpha: float, bandwidth: float, noise: float, seed: int = 7) -> list[tuple[float, float, float]]:
@@ -57,3 +59,20 @@ def test_samples_that_cannot_be_fitted_raise_config_error() -> None:
         fit_alpha_beta([(4e6, 4, 1e-3), (8e6, 8, 2e-3)])
     with pytest.raises(ConfigError):
         fit_alpha_beta([])
+
+
+def test_the_cpu_cost_per_byte_is_the_slope_of_cpu_time_against_bytes_moved() -> None:
+    # 2 ranks move n bytes each; 0.8 ns per byte plus 30 us of fixed work per call, 2 % noise
+    rng = random.Random(3)
+    sizes = [4096, 65536, 1 << 20, 4 << 20, 16 << 20]
+    samples = [(n, 2, (30e-6 + 0.8e-9 * n) * (1 + rng.gauss(0, 0.02))) for n in sizes for _ in range(3)]
+    assert fit_cpu_cost(samples) == pytest.approx(0.8e-9, rel=0.05)
+    four = [(n, 4, 2 * 3 / 4 * n * 0.8e-9) for n in sizes]  # 4 ranks move 2 x 3/4 x n bytes each
+    assert fit_cpu_cost(four) == pytest.approx(0.8e-9, rel=1e-6)
+    assert fit_cpu_cost([(n, 2, 1e-3) for n in sizes]) == pytest.approx(0.0, abs=1e-18)  # flat: no per-byte cost
+
+
+@pytest.mark.parametrize("bad", [[(1e6, 2, -1.0), (2e6, 2, 1e-3)], [(1e6, 2, 1e-3)], [("x", 2, 1e-3)]])
+def test_bad_cpu_samples_are_refused(bad: list[tuple[object, ...]]) -> None:
+    with pytest.raises(ConfigError):
+        fit_cpu_cost(bad)  # type: ignore[arg-type]

@@ -40,6 +40,29 @@ def test_a_step_adds_compute_exposed_communication_and_the_optimizer() -> None:
     assert alone.comm_s == 0 and alone.step_s == pytest.approx(0.41)
 
 
+def test_a_cpu_job_pays_for_the_collectives_cpu_work_done_while_backward_runs() -> None:
+    # one node of 2 CPU workers, 20 MB of gradient in DDP's buckets (1 MiB first, then a 10 MB cap: 1,048,576,
+    # 10,000,000 and 8,951,424 bytes), a loopback of 1 GB/s whose all-reduce costs 0.5 CPU ns per byte moved
+    loopback = LinkCost(0.0, 1e9, cpu_s_per_byte=0.5e-9)
+    fab = Fabric(find_link("loopback"), find_link("eth-25g-tcp"), 1, loopback, LinkCost(0.0, 1e9))
+    job = JobShape(gradient_bytes=20e6, parameters=5e6, bucket_cap_bytes=10_000_000, compute_on_host=True)
+    step = step_time(2, 2, t_micro_s=0.06, grad_accum=1, optimizer_s=0.0, job=job, fabric=fab)
+    # hand-computed: a 2-rank ring moves each bucket once, 1 ns a byte: 1.049, 10 and 8.951 ms, 20 ms in all.
+    # Backward (2/3 of 60 ms = 40 ms) readies them at 40 ms x bytes so far / 20 MB: 2.097, 22.097 and 40 ms;
+    # the last runs 40-48.951 ms, so 8.951 ms is exposed and 11.049 ms hidden. The CPU work is 0.5 ns x 20 MB
+    # = 10 ms, and the hidden share of it (11.049 / 20) delays backward by 5.524 ms
+    assert step.comm_s == pytest.approx(0.020, rel=1e-6)
+    assert step.exposed_comm_s == pytest.approx(0.008951424, rel=1e-6)
+    assert step.interference_s == pytest.approx(0.010 * 0.011048576 / 0.020, rel=1e-6)
+    assert step.compute_s == pytest.approx(0.06 + step.interference_s, rel=1e-9)
+    assert step.step_s == pytest.approx(0.06 + 0.008951424 + 0.005524288, rel=1e-6)
+    on_gpus = step_time(2, 2, 0.06, 1, 0.0, JobShape(gradient_bytes=20e6, parameters=5e6,
+                                                     bucket_cap_bytes=10_000_000), fab)
+    assert on_gpus.interference_s == 0 and on_gpus.step_s == pytest.approx(0.06 + 0.008951424, rel=1e-6)
+    unmeasured = Fabric(fab.intra, fab.inter, 1, LinkCost(0.0, 1e9), LinkCost(0.0, 1e9))
+    assert step_time(2, 2, 0.06, 1, 0.0, job, unmeasured).interference_s == 0
+
+
 def test_every_ddp_bucket_pays_the_collective_latency_and_one_flat_all_reduce_pays_it_once() -> None:
     alpha = 10e-6
     latency_bound = Fabric(find_link("nvlink3"), find_link("ib-hdr"), 1, LinkCost(alpha, 1e18), LinkCost(alpha, 1e18))

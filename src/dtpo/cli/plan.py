@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import statistics
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -65,7 +66,7 @@ def _scenario_from_run(run_dir: Path, gpu: str | None, counts: str | None, gpus_
 def _bench_inputs(bench_dir: Path) -> tuple[Path, object]:
     """The smallest worker count's run and the alpha-beta fit of the largest count's link probe."""
     from dtpo.cli.bench import LINK_PROBE_FILE
-    from dtpo.plan.link_fit import fit_alpha_beta
+    from dtpo.plan.link_fit import fit_alpha_beta, fit_cpu_cost
 
     runs = sorted((int(p.name.split("-", 1)[1]), p) for p in bench_dir.glob("workers-*")
                   if p.name.split("-", 1)[1].isdigit() and (p / "record.json").exists())
@@ -76,10 +77,14 @@ def _bench_inputs(bench_dir: Path) -> tuple[Path, object]:
         raise ConfigError(f"{bench_dir} has no link probe (bench with 2 or more workers on gloo writes "
                           f"workers-N/{LINK_PROBE_FILE})")
     try:
-        samples = json.loads(probes[0].read_text())["samples"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        doc = json.loads(probes[0].read_text())
+        samples, cpu_samples = doc["samples"], doc.get("cpu_samples")
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"cannot read {probes[0]}: {exc}") from None
-    return runs[0][1], fit_alpha_beta([tuple(s) for s in samples])
+    fit = fit_alpha_beta([tuple(s) for s in samples])
+    if cpu_samples:
+        fit = replace(fit, cpu_s_per_byte=fit_cpu_cost([tuple(s) for s in cpu_samples]))
+    return runs[0][1], fit
 
 
 def _fitted_fabric(fit: object, intra: str, inter: str, nics: int) -> object:

@@ -7,8 +7,11 @@ launcher describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) 
 
     dtpo launch --standalone --nproc-per-node 2 -m dtpo.dist.link_probe --sizes 4096,1048576 --out probe.json
 
-and rank 0 writes ``{"samples": [[n_bytes, world_size, median_seconds], ...], ...}``. A bad flag ends with
-one line on stderr and exit code 2.
+and rank 0 writes ``{"samples": [[n_bytes, world_size, median_seconds], ...], "cpu_samples": [[n_bytes,
+world_size, median_cpu_seconds], ...], ...}``. ``cpu_samples`` is the host CPU time (user and system, every
+thread of rank 0's process: gloo's copies, sums and socket calls) of one all-reduce: on a CPU job that work
+runs on the cores that compute, so it slows a backward pass the all-reduce overlaps
+(:func:`dtpo.plan.link_fit.fit_cpu_cost`). A bad flag ends with one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -29,7 +33,7 @@ import torch.distributed as dist
 
 from dtpo.core.errors import first_line
 
-__all__ = ["DEFAULT_SIZES", "main", "parse_sizes", "probe_all_reduce"]
+__all__ = ["DEFAULT_SIZES", "ProbeSample", "main", "parse_sizes", "probe_all_reduce", "probe_all_reduce_cpu"]
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +42,27 @@ DEFAULT_SIZES: tuple[int, ...] = (4096, 65536, 1 << 20, 4 << 20, 16 << 20)
 """4 KiB to 16 MiB: the small sizes pin the latency, the large ones the bandwidth."""
 
 
-def probe_all_reduce(sizes_bytes: Sequence[int], repeats: int = 5, warmup: int = 2,
-                     group: dist.ProcessGroup | None = None) -> list[tuple[int, int, float]]:
-    """Median time of one ``all_reduce`` (sum) of a float32 tensor of each size, on every rank of ``group``.
+@dataclass(frozen=True)
+class ProbeSample:
+    """One message size's timing.
+
+    Attributes:
+        n_bytes: Message size (whole float32 elements).
+        ranks: Ranks in the all-reduce.
+        seconds: Median wall time of one all-reduce.
+        cpu_seconds: Median host CPU time (user + system, all threads of this process) of one all-reduce.
+    """
+
+    n_bytes: int
+    ranks: int
+    seconds: float
+    cpu_seconds: float
+
+
+def probe_all_reduce_cpu(sizes_bytes: Sequence[int], repeats: int = 5, warmup: int = 2,
+                         group: dist.ProcessGroup | None = None) -> list[ProbeSample]:
+    """Median wall and host CPU time of one ``all_reduce`` (sum) of a float32 tensor of each size, on every rank
+    of ``group``.
 
     Every rank of the group must call this with the same arguments. A size that is not a multiple of 4 bytes
     is rounded down to whole float32 elements (at least one), and the rounded size is what is returned.
@@ -50,9 +72,6 @@ def probe_all_reduce(sizes_bytes: Sequence[int], repeats: int = 5, warmup: int =
         repeats: Timed all-reduces per size (the median is kept).
         warmup: Untimed all-reduces per size before the timed ones.
         group: The process group (default: the world).
-
-    Returns:
-        ``(n_bytes, world_size, median_seconds)`` per size, in the order given.
 
     Raises:
         ValueError: A size < 1 byte, ``repeats < 1`` or ``warmup < 0``.
@@ -67,22 +86,35 @@ def probe_all_reduce(sizes_bytes: Sequence[int], repeats: int = 5, warmup: int =
     if not dist.is_initialized():
         raise RuntimeError("probe_all_reduce needs an initialised torch.distributed process group")
     world = dist.get_world_size(group)
-    samples: list[tuple[int, int, float]] = []
+    samples: list[ProbeSample] = []
     for size in sizes_bytes:
         elements = max(1, int(size) // FLOAT32_BYTES)
         tensor = torch.ones(elements, dtype=torch.float32)
         for _ in range(warmup):
             dist.all_reduce(tensor, group=group)
-        times = []
+        times, cpu_times = [], []
         for _ in range(repeats):
             dist.barrier(group=group)
-            start = time.perf_counter()
+            cpu_start, start = time.process_time(), time.perf_counter()
             dist.all_reduce(tensor, group=group)
             times.append(time.perf_counter() - start)
-        median = statistics.median(times)
-        samples.append((elements * FLOAT32_BYTES, world, median))
-        log.debug("all_reduce of %d bytes over %d ranks: median %.6f s", elements * FLOAT32_BYTES, world, median)
+            cpu_times.append(time.process_time() - cpu_start)
+        sample = ProbeSample(elements * FLOAT32_BYTES, world, statistics.median(times), statistics.median(cpu_times))
+        samples.append(sample)
+        log.debug("all_reduce of %d bytes over %d ranks: median %.6f s, %.6f CPU s", sample.n_bytes, world,
+                  sample.seconds, sample.cpu_seconds)
     return samples
+
+
+def probe_all_reduce(sizes_bytes: Sequence[int], repeats: int = 5, warmup: int = 2,
+                     group: dist.ProcessGroup | None = None) -> list[tuple[int, int, float]]:
+    """Median wall time of one ``all_reduce`` per size (see :func:`probe_all_reduce_cpu`, same arguments and
+    errors).
+
+    Returns:
+        ``(n_bytes, world_size, median_seconds)`` per size, in the order given.
+    """
+    return [(s.n_bytes, s.ranks, s.seconds) for s in probe_all_reduce_cpu(sizes_bytes, repeats, warmup, group)]
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -150,17 +182,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        samples = probe_all_reduce(sizes, repeats=args.repeats, warmup=args.warmup)
+        samples = probe_all_reduce_cpu(sizes, repeats=args.repeats, warmup=args.warmup)
         if rank == 0:
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)
-            doc: dict[str, Any] = {"samples": [list(s) for s in samples], "repeats": args.repeats,
-                                   "warmup": args.warmup, "backend": "gloo"}
+            doc: dict[str, Any] = {"samples": [[s.n_bytes, s.ranks, s.seconds] for s in samples],
+                                   "cpu_samples": [[s.n_bytes, s.ranks, s.cpu_seconds] for s in samples],
+                                   "repeats": args.repeats, "warmup": args.warmup, "backend": "gloo"}
             tmp = out.with_name(out.name + ".tmp")
             tmp.write_text(json.dumps(doc, indent=1))
             tmp.replace(out)
-            for n, p, secs in samples:
-                log.info("%12d bytes x %d ranks: %.3f ms", n, p, secs * 1e3)
+            for sample in samples:
+                log.info("%12d bytes x %d ranks: %.3f ms (%.3f ms CPU)", sample.n_bytes, sample.ranks,
+                         sample.seconds * 1e3, sample.cpu_seconds * 1e3)
     finally:
         dist.destroy_process_group()
     return 0

@@ -80,7 +80,7 @@ def job_shape(scenario: Scenario, record_model: dict[str, Any] | None = None) ->
     param_bytes = params * (2 if scenario.precision in ("bf16-mixed", "16-mixed") else 4)
     return JobShape(gradient_bytes=grad, parameters=params, strategy=scenario.strategy, compression=compression,
                     powersgd_rank=scenario.powersgd_rank, matrix_shapes=shapes, bucket_cap_bytes=cap,
-                    param_bytes=param_bytes, overlap=scenario.overlap)
+                    param_bytes=param_bytes, overlap=scenario.overlap, compute_on_host=scenario.is_cpu)
 
 
 def memory_bandwidth(scenario: Scenario) -> float | None:

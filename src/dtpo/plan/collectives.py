@@ -122,10 +122,13 @@ class LinkCost:
         alpha_s: Per-message latency, seconds.
         bandwidth_Bps: Achieved bandwidth, bytes/s: per GPU for an intra-node link, per node (all its NICs)
             for an inter-node link.
+        cpu_s_per_byte: Host CPU seconds per byte a rank moves over the link (measured by
+            ``dtpo.dist.link_probe``; 0 when unknown, and for GPU collectives, which DMA engines and NICs run).
     """
 
     alpha_s: float
     bandwidth_Bps: float
+    cpu_s_per_byte: float = 0.0
 
     def __post_init__(self) -> None:
         _alpha_bandwidth(self.alpha_s, self.bandwidth_Bps)
@@ -235,6 +238,20 @@ def all_reduce(n_bytes: float, gpus_per_node: int, nodes: int, intra: LinkCost, 
         return hierarchical_all_reduce(n, g, nodes, intra, inter, inter_algorithm=key)
     names = ("ring", "tree") if key == "auto" else (key,)
     return min(_ALL_REDUCES[name](n, g, intra.alpha_s, intra.bandwidth_Bps) for name in names)
+
+
+def all_reduce_host_cpu(n_bytes: float, gpus_per_node: int, nodes: int, intra: LinkCost,
+                        inter: LinkCost | None = None) -> float:
+    """Host CPU seconds one rank spends in an all-reduce of ``n_bytes`` (the bytes it moves on each link times
+    that link's ``cpu_s_per_byte``): ``2(g-1)/g * n`` inside the node, ``2(N-1)/N * n/g`` across nodes, as
+    the ring and hierarchical algorithms move them. 0 for links without a measured CPU cost.
+    """
+    n, g, nodes = _size(n_bytes), _count(gpus_per_node, "gpus_per_node"), _count(nodes, "nodes")
+    inter = _inter_needed(nodes, inter)
+    inside = 2 * (g - 1) / g * n * intra.cpu_s_per_byte
+    if inter is None or nodes == 1:
+        return inside
+    return inside + 2 * (nodes - 1) / nodes * n / g * inter.cpu_s_per_byte
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,12 @@ sizes span many decades, so by default every equation is divided by its measured
 A negative alpha (it happens when the small sizes are noisy or the link is pipelined better than the model
 says) is not a latency: the fit then keeps ``alpha = 0``, fits the bandwidth alone and says so in ``note``.
 A non-positive bandwidth term means the timings do not grow with size, and is refused.
+
+Where the probe also timed the host CPU each all-reduce used (``dtpo.dist.link_probe``'s ``cpu_samples``),
+:func:`fit_cpu_cost` fits the CPU seconds per byte a rank moves, ``cpu = c0 + c * 2(p-1)/p * n``, by plain
+least squares (the large messages, which DDP's buckets are, weigh most). gloo over TCP copies, sums and runs
+the socket stack on the host's cores: when the job computes on those cores, that work is not hidden behind
+backward (:func:`dtpo.plan.step_model.step_time`). NCCL on GPUs leaves it to DMA engines and NICs.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ class AlphaBetaFit:
         note: Empty, or what the fit had to do (alpha forced to 0).
         residual_rms_rel: Root mean square of the relative residuals (measured / fitted - 1); infinite when a
             sample is fitted at 0 s (a 0-byte message with alpha forced to 0).
+        cpu_s_per_byte: Host CPU seconds per byte a rank moves (:func:`fit_cpu_cost`); 0 when not measured.
     """
 
     alpha_s: float
@@ -53,6 +60,7 @@ class AlphaBetaFit:
     points: int
     note: str = ""
     residual_rms_rel: float = 0.0
+    cpu_s_per_byte: float = 0.0
 
     def predict(self, n_bytes: float, p: int) -> float:
         """Ring all-reduce time of ``n_bytes`` over ``p`` ranks with the fitted alpha and bandwidth, seconds."""
@@ -60,7 +68,7 @@ class AlphaBetaFit:
 
     def link_cost(self) -> LinkCost:
         """The fit as a :class:`dtpo.plan.collectives.LinkCost`."""
-        return LinkCost(self.alpha_s, self.bandwidth_Bps)
+        return LinkCost(self.alpha_s, self.bandwidth_Bps, self.cpu_s_per_byte)
 
 
 def _samples(samples: Sequence[tuple[float, float, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,3 +135,28 @@ def fit_alpha_beta(samples: Sequence[tuple[float, float, float]], *, relative: b
         note=note,
         residual_rms_rel=float(np.sqrt(np.mean((t / fitted - 1) ** 2))) if np.all(fitted > 0) else math.inf,
     )
+
+
+def fit_cpu_cost(cpu_samples: Sequence[tuple[float, float, float]]) -> float:
+    """Host CPU seconds per byte a rank moves in a ring all-reduce, from ``(n_bytes, p, cpu_seconds)`` samples:
+    the slope ``c`` of ``cpu = c0 + c * 2(p-1)/p * n`` by least squares, at least 0 (see the module docs).
+
+    Raises:
+        ConfigError: A bad sample, or fewer than two distinct message sizes.
+    """
+    checked = []
+    for i, sample in enumerate(cpu_samples):
+        try:
+            n_bytes, p, cpu = (float(x) for x in sample)
+        except (TypeError, ValueError):
+            raise ConfigError(f"CPU sample {i} must be (n_bytes, p, cpu_seconds) numbers, not {sample!r}") from None
+        if not (math.isfinite(cpu) and cpu >= 0):
+            raise ConfigError(f"CPU sample {i}: CPU time must be >= 0 s, not {cpu!r}")
+        checked.append((n_bytes, p, max(cpu, 1e-12)))  # the size and rank checks are the timing samples'
+    n, p, cpu = _samples(checked)
+    if len(np.unique(n)) < 2:
+        raise ConfigError("need CPU timings at >= 2 distinct message sizes to fit a CPU cost per byte")
+    moved = 2 * (p - 1) / p * n
+    design = np.column_stack([np.ones_like(moved), moved])
+    (_, slope), *_ = np.linalg.lstsq(design, cpu, rcond=None)
+    return max(float(slope), 0.0)

@@ -137,6 +137,13 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
     notes.append(f"links: {fabric.intra.name} inside a node ({intra.bandwidth_Bps / 1e9:.3g} GB/s, "
                  f"{intra.alpha_s * 1e6:.3g} us), {link.name} between nodes ({inter.bandwidth_Bps / 1e9:.3g} GB/s "
                  f"per node, {inter.alpha_s * 1e6:.3g} us): {origin} ({link.source})")
+    if calibration.job.compute_on_host:
+        cpu = {"inside a node": intra.cpu_s_per_byte, "between nodes": inter.cpu_s_per_byte}
+        measured = ", ".join(f"{where} {c * 1e9:.3g} CPU ns/byte" for where, c in cpu.items() if c > 0)
+        notes.append("the workers compute on host CPU cores, which also run the collectives' CPU work: "
+                     + (f"the part done while backward runs delays it ({measured}, measured)" if measured else
+                        "no measured CPU cost per byte for these links, so none is counted (fit one with "
+                        "dtpo.dist.link_probe)"))
     return Plan(scenario, fabric, calibration, tuple(predictions), tuple(notes))
 
 

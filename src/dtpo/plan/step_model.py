@@ -19,6 +19,11 @@ The step of a data-parallel job with ``k`` micro-batches per optimizer step (gra
 * **FSDP** gathers the parameters before each micro-batch's forward and again before its backward, and
   reduce-scatters the gradients after the last one; with prefetching, a micro-batch's gathers overlap its own
   compute, so only what exceeds it is exposed (:func:`~dtpo.plan.collectives.fsdp_step_comm`).
+* **Compute on the host's cores** (``JobShape.compute_on_host``: a CPU job over gloo): the all-reduce's own
+  CPU work (copies, sums, the socket stack; the links' measured ``cpu_s_per_byte``) runs on the cores that
+  compute, so the part of it done while backward runs delays backward by as much
+  (``StepTime.interference_s``, counted in ``compute_s``): ``min(hidden, cpu_work * hidden / comm)``, the CPU
+  work of the hidden share of the communication. GPUs compute on their own silicon: the term is 0 there.
 * ``optimizer_s``: measured in a calibration run, else modelled as :data:`OPTIMIZER_BYTES_PER_PARAM` bytes of
   memory traffic per parameter held (AdamW in float32: parameter, gradient and two moments, each read and
   written) at the GPU's peak memory bandwidth. It does not shrink with more GPUs under DDP, which is why a
@@ -33,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dtpo.plan.collectives import LinkCost, all_reduce, fsdp_step_comm, wire_bytes
+from dtpo.plan.collectives import LinkCost, all_reduce, all_reduce_host_cpu, fsdp_step_comm, wire_bytes
 from dtpo.plan.interconnect import Link
 from dtpo.plan.overlap import ddp_bucket_sizes, ddp_tensor_buckets, exposed_comm, uniform_buckets
 
@@ -84,6 +89,7 @@ class JobShape:
         bucket_cap_bytes: DDP's bucket size.
         param_bytes: Bytes of the parameters FSDP gathers (their compute dtype).
         overlap: Whether DDP's all-reduce overlaps the last backward (``False``: it starts after backward).
+        compute_on_host: The job computes on the host's CPU cores, which also run the collectives' CPU work.
     """
 
     gradient_bytes: float
@@ -95,6 +101,7 @@ class JobShape:
     bucket_cap_bytes: int = 25 * 1024 * 1024
     param_bytes: float | None = None
     overlap: bool = True
+    compute_on_host: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,10 +112,11 @@ class StepTime:
         gpus: GPUs in the job.
         nodes: Nodes they occupy.
         grad_accum: Micro-batches per optimizer step.
-        compute_s: Forward and backward of all micro-batches.
+        compute_s: Forward and backward of all micro-batches, ``interference_s`` included.
         comm_s: Communication of the step, hidden or not.
         exposed_comm_s: Communication not hidden behind compute.
         optimizer_s: The optimizer step.
+        interference_s: Backward delayed by the collectives' CPU work on the cores that compute (CPU jobs).
     """
 
     gpus: int
@@ -118,6 +126,7 @@ class StepTime:
     comm_s: float
     exposed_comm_s: float
     optimizer_s: float
+    interference_s: float = 0.0
 
     @property
     def step_s(self) -> float:
@@ -172,4 +181,10 @@ def step_time(gpus: int, gpus_per_node: int, t_micro_s: float, grad_accum: int, 
     backward = BACKWARD_SHARE * t_micro_s
     ready, _ = uniform_buckets(backward, len(sizes), 0.0, bucket_bytes=sizes)
     exposed = exposed_comm(ready, per_bucket, backward_end_s=backward)
-    return StepTime(gpus, nodes, grad_accum, compute, sum(per_bucket), exposed, optimizer_s)
+    comm = sum(per_bucket)
+    interference = 0.0
+    if job.compute_on_host and comm > exposed:
+        cpu = sum(all_reduce_host_cpu(size, per_node, nodes, fabric.intra_cost, inter) for size in sizes)
+        hidden = comm - exposed
+        interference = min(hidden, cpu * hidden / comm)
+    return StepTime(gpus, nodes, grad_accum, compute + interference, comm, exposed, optimizer_s, interference)
