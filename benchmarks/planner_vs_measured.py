@@ -56,7 +56,7 @@ from rich.table import Table
 from dtpo.core.config import EnergyConfig, LaunchConfig, RunConfig, SessionConfig, WorkloadConfig
 from dtpo.core.errors import ConfigError, first_line
 from dtpo.plan.interconnect import find_link
-from dtpo.plan.link_fit import AlphaBetaFit, fit_alpha_beta, fit_cpu_cost
+from dtpo.plan.link_fit import AlphaBetaFit, fit_link_probe
 from dtpo.plan.predict import plan
 from dtpo.plan.scenario import Scenario
 from dtpo.plan.step_model import Fabric, StepTime
@@ -266,13 +266,6 @@ def train_local(s: Settings, name: str, workers: int) -> Measured:
     return replace(read_run(run_dir), steal=steal_share(before, cpu_ticks()))
 
 
-def fit_probe(out: Path) -> AlphaBetaFit:
-    """The alpha-beta fit of a link_probe file, with the host CPU cost per byte its CPU timings give."""
-    doc = json.loads(out.read_text())
-    fit = fit_alpha_beta([tuple(x) for x in doc["samples"]])
-    return replace(fit, cpu_s_per_byte=fit_cpu_cost([tuple(x) for x in doc["cpu_samples"]]))
-
-
 def probe_local(s: Settings, name: str) -> AlphaBetaFit:
     """The loopback between 2 local processes, fitted from all-reduce timings."""
     out = s.out / f"{name}.json"
@@ -280,7 +273,7 @@ def probe_local(s: Settings, name: str) -> AlphaBetaFit:
     run_logged([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
                 "dtpo.dist.link_probe", "--sizes", s.sizes, "--repeats", str(s.repeats), "--out", str(out)],
                s.out / f"{name}.log")
-    return fit_probe(out)
+    return fit_link_probe(json.loads(out.read_text()))
 
 
 def _ns_commands(s: Settings, module_args: Sequence[str]) -> list[tuple[str, list[str], dict[str, str]]]:
@@ -299,7 +292,7 @@ def probe_netns(s: Settings, name: str) -> AlphaBetaFit:
     out.unlink(missing_ok=True)
     run_pair(_ns_commands(s, ["dtpo.dist.link_probe", "--sizes", s.veth_sizes, "--repeats", str(s.repeats),
                               "--out", str(out)]), [s.out / f"{name}-A.log", s.out / f"{name}-B.log"])
-    return fit_probe(out)
+    return fit_link_probe(json.loads(out.read_text()))
 
 
 def train_netns(s: Settings, name: str) -> Measured:
@@ -358,28 +351,17 @@ def shape(rate: str, add: bool = False) -> None:
 # ------------------------------------------------------------------------------------------- prediction
 
 
-def predict(calibration: Path, gpus_per_node: int, batch: int, gradient_bytes: int, intra: AlphaBetaFit,
+def predict(calibration: Path, workers: int, per_node: int, batch: int, gradient_bytes: int, intra: AlphaBetaFit,
             inter: AlphaBetaFit) -> StepTime:
-    """The planner's step at 2 workers, ``gpus_per_node`` of them per node, calibrated on the 1-worker run."""
+    """The planner's step at ``workers`` workers, ``per_node`` of them per node, calibrated on the 1-worker run
+    (at 1 worker: the calibration run's own figures)."""
     scenario = Scenario.from_dict({
-        "gpu": "cpu", "gpu_counts": [1, 2], "gpus_per_node": gpus_per_node, "per_gpu_batch": batch,
+        "gpu": "cpu", "gpu_counts": sorted({1, workers}), "gpus_per_node": per_node, "per_gpu_batch": batch,
         "intra_link": "loopback", "inter_link": "eth-25g-tcp", "nics_per_node": 1, "precision": "32-true",
         "model": {"gradient_bytes": gradient_bytes}, "baseline": {"run_dir": str(calibration)},
         "power": {"busy_power_w": 10.0}}, where="measured")
     fabric = Fabric(find_link("loopback"), find_link("eth-25g-tcp"), 1, intra.link_cost(), inter.link_cost())
-    result = plan(scenario, fabric=fabric)
-    return next(p.step for p in result.predictions if p.gpus == 2)
-
-
-def predict_alone(calibration: Path, batch: int, gradient_bytes: int, fit: AlphaBetaFit) -> StepTime:
-    """The planner's step of 1 worker (the calibration run's own figures)."""
-    scenario = Scenario.from_dict({
-        "gpu": "cpu", "gpu_counts": [1], "gpus_per_node": 1, "per_gpu_batch": batch, "intra_link": "loopback",
-        "inter_link": "eth-25g-tcp", "nics_per_node": 1, "precision": "32-true",
-        "model": {"gradient_bytes": gradient_bytes}, "baseline": {"run_dir": str(calibration)},
-        "power": {"busy_power_w": 10.0}}, where="measured")
-    fabric = Fabric(find_link("loopback"), find_link("eth-25g-tcp"), 1, fit.link_cost(), fit.link_cost())
-    return plan(scenario, fabric=fabric).predictions[0].step
+    return next(p.step for p in plan(scenario, fabric=fabric).predictions if p.gpus == workers)
 
 
 # ------------------------------------------------------------------------------------------- report
@@ -427,8 +409,9 @@ class Row:
         return max(abs(x / middle - 1) for x in steps)
 
 
-def _med(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
+def _med(items: Sequence[Any], name: str) -> float | None:
+    """The median of attribute ``name`` over ``items`` (rounds), leaving out ``None``; ``None`` when all are."""
+    known = [v for v in (getattr(x, name) for x in items) if v is not None]
     return statistics.median(known) if known else None
 
 
@@ -459,13 +442,12 @@ def report(console: Console, rows: list[Row], fits: list[tuple[str, AlphaBetaFit
             met &= ok
         mark = "" if not row.goal else (" ok" if ok else " MISS")
         table.add_row(
-            row.name, _ms(_med([x.step_s for x in m])), _ms(_med([x.step_s for x in p])), f"{err:+.1%}{mark}",
-            " ".join(f"{e:+.0%}" for e in row.errors()), f"{row.spread():.1%}", _ms(_med([x.exposed_s for x in m])),
-            _ms(_med([x.exposed_comm_s for x in p])), _ms(_med([x.comm_s for x in p])),
-            _ms(_med([x.compute_s for x in m])), _ms(_med([x.compute_s for x in p])),
-            _ms(_med([x.interference_s for x in p])), _ms(_med([x.optimizer_s for x in m])),
-            _ms(_med([x.optimizer_s for x in p])), _ms(_med([x.sync_wait_s for x in m])),
-            _pct(_med([x.steal for x in m])), style=None if row.goal else "dim")
+            row.name, _ms(_med(m, "step_s")), _ms(_med(p, "step_s")), f"{err:+.1%}{mark}",
+            " ".join(f"{e:+.0%}" for e in row.errors()), f"{row.spread():.1%}", _ms(_med(m, "exposed_s")),
+            _ms(_med(p, "exposed_comm_s")), _ms(_med(p, "comm_s")), _ms(_med(m, "compute_s")),
+            _ms(_med(p, "compute_s")), _ms(_med(p, "interference_s")), _ms(_med(m, "optimizer_s")),
+            _ms(_med(p, "optimizer_s")), _ms(_med(m, "sync_wait_s")), _pct(_med(m, "steal")),
+            style=None if row.goal else "dim")
     console.print(table)
     console.print(f"goal: predicted step within {tolerance:.0%} of measured (median over the rounds of the paired "
                   f"error) for every configuration: {'[green]met[/]' if met else '[red]missed[/]'}")
@@ -519,10 +501,10 @@ def run_round(s: Settings, args: Any, r: int, rows: dict[str, Row], fits: list[t
     fits.append((f"{r}: loopback (2 local processes)", loop_fit))
     say(f"round {r}: 1 worker again (A/A of the calibration)")
     again = train_local(s, f"{tag}-cal-1w-aa", 1)
-    rows["alone"].add(again, predict_alone(cal.run_dir, s.batch_size, cal.gradient_bytes, loop_fit))
+    rows["alone"].add(again, predict(cal.run_dir, 1, 1, s.batch_size, cal.gradient_bytes, loop_fit, loop_fit))
     say(f"round {r}: one node, 2 workers")
     one = train_local(s, f"{tag}-node1-2w", 2)
-    rows["node1"].add(one, predict(cal.run_dir, 2, s.batch_size, cal.gradient_bytes, loop_fit, loop_fit))
+    rows["node1"].add(one, predict(cal.run_dir, 2, 2, s.batch_size, cal.gradient_bytes, loop_fit, loop_fit))
     if args.skip_two_nodes:
         return
     try:
@@ -536,7 +518,7 @@ def run_round(s: Settings, args: Any, r: int, rows: dict[str, Row], fits: list[t
             fits.append((f"{r}: veth {rate} (2 namespaces)", fit))
             say(f"  fit: alpha {fit.alpha_s * 1e6:.0f} us, {fit.bandwidth_Bps / 1e6:.0f} MB/s; training")
             two = train_netns(s, f"{tag}-node2-{rate}")
-            rows[rate].add(two, predict(cal.run_dir, 1, s.batch_size, cal.gradient_bytes, loop_fit, fit))
+            rows[rate].add(two, predict(cal.run_dir, 2, 1, s.batch_size, cal.gradient_bytes, loop_fit, fit))
     finally:
         netns_down()
 

@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 from conftest import run_ranks
 
-from dtpo.dist.link_probe import parse_sizes, probe_all_reduce, probe_all_reduce_cpu
+from dtpo.dist.link_probe import parse_sizes, probe_all_reduce
 
 SIZES = [4096, 65536, 1 << 20]
 
@@ -23,7 +23,7 @@ def _probe(rank: int, world_size: int, out: str) -> None:
     finally:
         dist.destroy_process_group()
     if rank == 0:
-        Path(out).write_text(json.dumps(samples))
+        Path(out).write_text(json.dumps([[s.n_bytes, s.ranks, s.seconds] for s in samples]))
 
 
 def test_probe_on_two_ranks(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_probe_on_two_ranks(tmp_path: Path) -> None:
 def _probe_cpu(rank: int, world_size: int, out: str) -> None:
     dist.init_process_group("gloo")
     try:
-        samples = probe_all_reduce_cpu([4096, 1 << 20], repeats=3, warmup=1)
+        samples = probe_all_reduce([4096, 1 << 20], repeats=3, warmup=1)
     finally:
         dist.destroy_process_group()
     if rank == 0:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import statistics
-from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -66,7 +65,7 @@ def _scenario_from_run(run_dir: Path, gpu: str | None, counts: str | None, gpus_
 def _bench_inputs(bench_dir: Path) -> tuple[Path, object]:
     """The smallest worker count's run and the alpha-beta fit of the largest count's link probe."""
     from dtpo.cli.bench import LINK_PROBE_FILE
-    from dtpo.plan.link_fit import fit_alpha_beta, fit_cpu_cost
+    from dtpo.plan.link_fit import fit_link_probe
 
     runs = sorted((int(p.name.split("-", 1)[1]), p) for p in bench_dir.glob("workers-*")
                   if p.name.split("-", 1)[1].isdigit() and (p / "record.json").exists())
@@ -78,13 +77,12 @@ def _bench_inputs(bench_dir: Path) -> tuple[Path, object]:
                           f"workers-N/{LINK_PROBE_FILE})")
     try:
         doc = json.loads(probes[0].read_text())
-        samples, cpu_samples = doc["samples"], doc.get("cpu_samples")
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, json.JSONDecodeError) as exc:
         raise ConfigError(f"cannot read {probes[0]}: {exc}") from None
-    fit = fit_alpha_beta([tuple(s) for s in samples])
-    if cpu_samples:
-        fit = replace(fit, cpu_s_per_byte=fit_cpu_cost([tuple(s) for s in cpu_samples]))
-    return runs[0][1], fit
+    try:
+        return runs[0][1], fit_link_probe(doc)
+    except ConfigError as exc:
+        raise ConfigError(f"{probes[0]}: {exc}") from None
 
 
 def _fitted_fabric(fit: object, intra: str, inter: str, nics: int) -> object:

@@ -11,7 +11,7 @@ and rank 0 writes ``{"samples": [[n_bytes, world_size, median_seconds], ...], "c
 world_size, median_cpu_seconds], ...], ...}``. ``cpu_samples`` is the host CPU time (user and system, every
 thread of rank 0's process: gloo's copies, sums and socket calls) of one all-reduce: on a CPU job that work
 runs on the cores that compute, so it slows a backward pass the all-reduce overlaps
-(:func:`dtpo.plan.link_fit.fit_cpu_cost`). A bad flag ends with one line on stderr and exit code 2.
+(:func:`dtpo.plan.link_fit.fit_link_probe`). A bad flag ends with one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from dtpo.core.errors import first_line
 
-__all__ = ["DEFAULT_SIZES", "ProbeSample", "main", "parse_sizes", "probe_all_reduce", "probe_all_reduce_cpu"]
+__all__ = ["DEFAULT_SIZES", "ProbeSample", "main", "parse_sizes", "probe_all_reduce"]
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ class ProbeSample:
     cpu_seconds: float
 
 
-def probe_all_reduce_cpu(sizes_bytes: Sequence[int], repeats: int = 5, warmup: int = 2,
-                         group: dist.ProcessGroup | None = None) -> list[ProbeSample]:
+def probe_all_reduce(sizes_bytes: Sequence[int], repeats: int = 5, warmup: int = 2,
+                     group: dist.ProcessGroup | None = None) -> list[ProbeSample]:
     """Median wall and host CPU time of one ``all_reduce`` (sum) of a float32 tensor of each size, on every rank
     of ``group``.
 
@@ -72,6 +72,9 @@ def probe_all_reduce_cpu(sizes_bytes: Sequence[int], repeats: int = 5, warmup: i
         repeats: Timed all-reduces per size (the median is kept).
         warmup: Untimed all-reduces per size before the timed ones.
         group: The process group (default: the world).
+
+    Returns:
+        One :class:`ProbeSample` per size, in the order given.
 
     Raises:
         ValueError: A size < 1 byte, ``repeats < 1`` or ``warmup < 0``.
@@ -104,17 +107,6 @@ def probe_all_reduce_cpu(sizes_bytes: Sequence[int], repeats: int = 5, warmup: i
         log.debug("all_reduce of %d bytes over %d ranks: median %.6f s, %.6f CPU s", sample.n_bytes, world,
                   sample.seconds, sample.cpu_seconds)
     return samples
-
-
-def probe_all_reduce(sizes_bytes: Sequence[int], repeats: int = 5, warmup: int = 2,
-                     group: dist.ProcessGroup | None = None) -> list[tuple[int, int, float]]:
-    """Median wall time of one ``all_reduce`` per size (see :func:`probe_all_reduce_cpu`, same arguments and
-    errors).
-
-    Returns:
-        ``(n_bytes, world_size, median_seconds)`` per size, in the order given.
-    """
-    return [(s.n_bytes, s.ranks, s.seconds) for s in probe_all_reduce_cpu(sizes_bytes, repeats, warmup, group)]
 
 
 def parse_sizes(text: str) -> list[int]:
@@ -182,7 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        samples = probe_all_reduce_cpu(sizes, repeats=args.repeats, warmup=args.warmup)
+        samples = probe_all_reduce(sizes, repeats=args.repeats, warmup=args.warmup)
         if rank == 0:
             out = Path(args.out)
             out.parent.mkdir(parents=True, exist_ok=True)

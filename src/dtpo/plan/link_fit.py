@@ -29,7 +29,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -71,8 +72,10 @@ class AlphaBetaFit:
         return LinkCost(self.alpha_s, self.bandwidth_Bps, self.cpu_s_per_byte)
 
 
-def _samples(samples: Sequence[tuple[float, float, float]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sizes, participant counts and times as arrays, each sample checked (ConfigError naming the bad one)."""
+def _samples(samples: Sequence[tuple[float, float, float]], zero_ok: bool = False
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Sizes, participant counts and times as arrays, each sample checked (ConfigError naming the bad one); a time
+    of 0 s is refused unless ``zero_ok`` (a CPU time can read 0 at the clock's resolution)."""
     sizes: list[float] = []
     ranks: list[int] = []
     times: list[float] = []
@@ -87,8 +90,8 @@ def _samples(samples: Sequence[tuple[float, float, float]]) -> tuple[np.ndarray,
         count = int(ranks_f) if math.isfinite(ranks_f) and ranks_f.is_integer() else 0
         if count < 2:
             raise ConfigError(f"sample {i}: an all-reduce over p={p!r} ranks says nothing about a link (need p >= 2)")
-        if not (math.isfinite(t) and t > 0):
-            raise ConfigError(f"sample {i}: measured time must be > 0 s, not {seconds!r}")
+        if not (math.isfinite(t) and (t >= 0 if zero_ok else t > 0)):
+            raise ConfigError(f"sample {i}: measured time must be {'>=' if zero_ok else '>'} 0 s, not {seconds!r}")
         sizes.append(n)
         ranks.append(count)
         times.append(t)
@@ -144,19 +147,26 @@ def fit_cpu_cost(cpu_samples: Sequence[tuple[float, float, float]]) -> float:
     Raises:
         ConfigError: A bad sample, or fewer than two distinct message sizes.
     """
-    checked = []
-    for i, sample in enumerate(cpu_samples):
-        try:
-            n_bytes, p, cpu = (float(x) for x in sample)
-        except (TypeError, ValueError):
-            raise ConfigError(f"CPU sample {i} must be (n_bytes, p, cpu_seconds) numbers, not {sample!r}") from None
-        if not (math.isfinite(cpu) and cpu >= 0):
-            raise ConfigError(f"CPU sample {i}: CPU time must be >= 0 s, not {cpu!r}")
-        checked.append((n_bytes, p, max(cpu, 1e-12)))  # the size and rank checks are the timing samples'
-    n, p, cpu = _samples(checked)
+    n, p, cpu = _samples(cpu_samples, zero_ok=True)
     if len(np.unique(n)) < 2:
         raise ConfigError("need CPU timings at >= 2 distinct message sizes to fit a CPU cost per byte")
     moved = 2 * (p - 1) / p * n
     design = np.column_stack([np.ones_like(moved), moved])
     (_, slope), *_ = np.linalg.lstsq(design, cpu, rcond=None)
     return max(float(slope), 0.0)
+
+
+def fit_link_probe(doc: dict[str, Any]) -> AlphaBetaFit:
+    """The fit of a ``dtpo.dist.link_probe`` file's contents: alpha and bandwidth from its ``samples``, and the
+    CPU cost per byte from its ``cpu_samples`` where it has them (probes written before they existed do not).
+
+    Raises:
+        ConfigError: A document without ``samples``, or samples that cannot be fitted.
+    """
+    if not isinstance(doc, dict) or not isinstance(doc.get("samples"), list):
+        raise ConfigError("a link probe file holds {\"samples\": [[n_bytes, p, seconds], ...], ...}")
+    fit = fit_alpha_beta([tuple(s) for s in doc["samples"]])
+    cpu_samples = doc.get("cpu_samples")
+    if not cpu_samples:
+        return fit
+    return replace(fit, cpu_s_per_byte=fit_cpu_cost([tuple(s) for s in cpu_samples]))

@@ -53,7 +53,7 @@ def ocba_targets(best: Contender, challengers: Sequence[Contender], total_steps:
     for c in challengers:
         gap = max(c.mean - best.mean, min_gap)
         weights[c.key] = (c.sd / gap) ** 2 if gap > 0 else 0.0
-    spread = sum((w / c.sd) ** 2 for c, w in ((c, weights[c.key]) for c in challengers) if c.sd > 0)
+    spread = sum((weights[c.key] / c.sd) ** 2 for c in challengers if c.sd > 0)
     weights[best.key] = best.sd * math.sqrt(spread)
     norm = sum(weights.values())
     if norm <= 0:
