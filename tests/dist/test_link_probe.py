@@ -33,8 +33,6 @@ def test_probe_on_two_ranks(tmp_path: Path) -> None:
     assert [n for n, _, _ in samples] == SIZES
     assert all(p == 2 for _, p, _ in samples)
     assert all(t > 0 for _, _, t in samples)
-    smallest = samples[0][2]
-    assert all(t >= smallest / 4 for _, _, t in samples[1:])  # sanity only: no timing thresholds
 
 
 def _probe_cpu(rank: int, world_size: int, out: str) -> None:

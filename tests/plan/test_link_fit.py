@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.link_fit import fit_alpha_beta, fit_cpu_cost
+from dtpo.plan.link_fit import fit_alpha_beta, fit_cpu_cost, fit_link_probe
 
 
 def synthetic(alpha: float, bandwidth: float, noise: float, seed: int = 7) -> list[tuple[float, float, float]]:
@@ -76,3 +76,16 @@ def test_the_cpu_cost_per_byte_is_the_slope_of_cpu_time_against_bytes_moved() ->
 def test_bad_cpu_samples_are_refused(bad: list[tuple[object, ...]]) -> None:
     with pytest.raises(ConfigError):
         fit_cpu_cost(bad)  # type: ignore[arg-type]
+
+
+def test_a_probe_file_gives_the_link_and_its_cpu_cost_where_it_timed_the_cpu() -> None:
+    timings = [[n, 2, 1e-4 + n / 1e9] for n in (1 << 20, 4 << 20, 16 << 20)]
+    cpu = [[n, 2, 0.5e-9 * n] for n in (1 << 20, 4 << 20, 16 << 20)]
+    fit = fit_link_probe({"samples": timings, "cpu_samples": cpu})
+    assert fit.bandwidth_Bps == pytest.approx(1e9, rel=1e-6)
+    assert fit.cpu_s_per_byte == pytest.approx(0.5e-9, rel=1e-6)
+    assert fit.link_cost().cpu_s_per_byte == fit.cpu_s_per_byte
+    assert fit_link_probe({"samples": timings}).cpu_s_per_byte == 0  # a probe written before CPU timings
+    for bad in ({}, {"samples": "x"}, []):
+        with pytest.raises(ConfigError):
+            fit_link_probe(bad)  # type: ignore[arg-type]
