@@ -37,7 +37,10 @@ Two things to know when reading ``slowdown:F`` results. Zeus's ``MaxSlowdownCons
 limit* whose measured time is within the factor, not the least energy, so where energy is not monotonic in the
 limit (the ncf traces) its choice costs more than the oracle's even without noise. And the job cost is energy
 alone: profiling steps at limits slower than the factor count only for the energy they save, which favours the
-tuner that spends the most steps at low limits (Zeus sweeps down to the minimum).
+tuner that spends the most steps at low limits (Zeus sweeps down to the minimum). Under ``slowdown:F`` dtpo's
+search may also hold a limit between two grid limits, moved towards the factor (``dtpo.tune.boundary``); its
+true cost can then be below the grid oracle's (a ratio under 1), and the violation check above applies to it
+as to any choice.
 
 ``--counter-period 0`` (the default) makes the simulated energy counter continuous. A nonzero period makes it
 advance only at multiples of the period, like NVML's: both tuners' energy windows are then quantised to it,

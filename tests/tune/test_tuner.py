@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dtpo.tune.cost import CostContext, CostMetric, Energy, MaxSlowdown
+from dtpo.tune.knob import Knob, power_limit_between
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Block, SettingStats
 from dtpo.tune.tuner import Phase, PowerTuner, TunerOptions
@@ -33,6 +34,12 @@ def by_limit(base: GpuSetting) -> list[GpuSetting]:
     return [base, *(GpuSetting(limit) for limit in LIMITS if limit != base.power_limit_w)]
 
 
+def on_grid(values: dict[float, float], limit: float) -> float:
+    """``values`` at ``limit``, linear between the grid's limits (a limit off the grid, as a refined search picks)."""
+    grid = sorted(values)
+    return float(np.interp(limit, grid, [values[g] for g in grid]))
+
+
 class SyntheticJob:
     """Blocks of the made-up job at whatever setting the tuner asks for.
 
@@ -54,8 +61,8 @@ class SyntheticJob:
             self.setting, self.since_s = setting, 0.0
         limit = setting.power_limit_w
         spread = self.noise / math.sqrt(steps)
-        time_s = STEP_S[limit] * steps * (1.0 + spread * self.rng.standard_normal())
-        level = POWER_W[limit] * self.scale * (1.0 + spread * self.rng.standard_normal())
+        time_s = on_grid(STEP_S, limit) * steps * (1.0 + spread * self.rng.standard_normal())
+        level = on_grid(POWER_W, limit) * self.scale * (1.0 + spread * self.rng.standard_normal())
         t0, t1 = self.since_s, self.since_s + time_s
         excess = self.overshoot * self.tau_s * (math.exp(-t0 / self.tau_s) - math.exp(-t1 / self.tau_s))
         self.since_s = t1
@@ -287,3 +294,48 @@ def test_a_noisy_race_spends_its_steps_on_the_contenders() -> None:
     far = sum(steps.get(w, 0) for w in (275.0, 125.0, 100.0))
     assert contenders > 3 * far
     assert tuner.choice in (GpuSetting(200.0), GpuSetting(175.0))  # within 2.5 % of the least energy
+
+
+def slowdown_tuner(factor: float, options: TunerOptions | None = None, between: bool = True) -> PowerTuner:
+    """A tuner for ``MaxSlowdown(factor)`` whose power-limit knob can (or cannot) name limits between its grid's."""
+    knob = Knob("power-limit", by_limit, between=power_limit_between if between else None)
+    return PowerTuner([knob], MaxSlowdown(factor), CONTEXT, DEFAULT, options)
+
+
+def test_a_slowdown_search_moves_its_choice_off_the_grid_towards_the_bound() -> None:
+    # at most 15 % slower than 300 W's 0.200 s: on the grid 200 W (0.215 s, 7.5 % slower) is the least energy
+    # allowed and 175 W (0.235 s) is too slow; in between, time and power run linearly (186 W reaches 0.230 s):
+    # the search measures a limit between 200 and 175 W, short of the bound by a margin for its noise, and holds
+    # it once it is surely fast enough
+    tuner = slowdown_tuner(1.15)
+    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
+    choice = tuner.choice
+    assert choice is not None and 175.0 < choice.power_limit_w < 200.0
+    assert on_grid(STEP_S, choice.power_limit_w) <= 1.15 * STEP_S[300.0]
+    energy = {w: on_grid(STEP_S, w) * on_grid(POWER_W, w) for w in (choice.power_limit_w, 200.0)}
+    assert energy[choice.power_limit_w] < energy[200.0]
+    rows = {row["power_limit_w"]: row for row in tuner.report()["settings"]}
+    assert rows[175.0]["status"] == "pruned" and "allowed slowdown" in rows[175.0]["reason"]
+    assert rows[choice.power_limit_w]["status"] == "chosen"
+    assert any("towards the allowed slowdown" in line for line in tuner.history)
+
+
+@pytest.mark.parametrize("how", ["no boundary points", "knob without between"])
+def test_a_slowdown_search_stays_on_the_grid_when_told_or_when_the_knob_cannot(how: str) -> None:
+    if how == "no boundary points":
+        tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0))
+    else:
+        tuner = slowdown_tuner(1.15, between=False)
+    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
+    assert tuner.choice == GpuSetting(200.0)
+    assert all(row["power_limit_w"] in STEP_S for row in tuner.report()["settings"])
+
+
+def test_a_setting_between_that_is_not_surely_fast_enough_is_not_chosen() -> None:
+    # a bound just past 200 W (0.215 s against 0.2156 s allowed) leaves no room below 200 W for a measured margin,
+    # and at 1 % noise 200 W itself is not surely within it: whatever the search looks at between grid limits, it
+    # holds a setting above 200 W, within the bound
+    tuner = slowdown_tuner(1.078)
+    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=5))
+    assert tuner.choice is not None and tuner.choice.power_limit_w >= 200.0
+    assert on_grid(STEP_S, tuner.choice.power_limit_w) <= 1.078 * STEP_S[300.0]

@@ -1,7 +1,8 @@
 """``dtpo simulate --tune``: the power tuner that ``dtpo train --tune`` runs, on simulated GPUs in simulated time.
 
 It prints what the tuner did (each setting it measured, with its interval and fate, and the order of visits),
-then the result against the oracle (the best setting of a full noise-free sweep): the cost of the choice, the
+then the result against the oracle (the best candidate of a full noise-free sweep; under a slowdown limit the
+search may also hold a setting between two candidates, closer to the limit, and beat it): the cost of the choice, the
 profiling steps next to a Zeus-style full sweep's, what profiling cost against staying at the default, and the
 whole job's cost next to staying at the default and to holding the oracle from the first step. Every figure is
 simulated, never measured.
@@ -71,7 +72,8 @@ def result_table(run: SimulatedTuning, job: SimulatedJob, knob: str, cost: CostM
     best, best_cost, chosen_cost = GpuSetting.from_dict(found["oracle"]), found["oracle_cost"], found["choice_cost"]
     sweep_steps = 1 + ZEUS_STEPS_PER_LIMIT * len(candidate_settings(gpus, knob, step_w))
     profile = run.tuner.profiling_cost() or {}
-    table = Table(title="result (simulated; the oracle is the best setting of a full noise-free sweep)",
+    table = Table(title="result (simulated; the oracle is the best candidate of a full noise-free sweep; under a "
+                        "slowdown limit the search may also pick a setting between candidates)",
                   title_justify="left", show_header=False)
     table.add_column(justify="left")
     table.add_column(justify="left")

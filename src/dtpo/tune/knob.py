@@ -6,11 +6,14 @@ power limits and clocks never do: they change speed and power, not results).
 
 Candidates follow Zeus's grid for power limits (from the maximum down to the minimum in ``step_w`` steps,
 the minimum included) and a spread of supported clocks for SM-clock locks (floating first, then from the
-highest supported clock down, about ``clock_points`` of them).
+highest supported clock down, about ``clock_points`` of them). Between two candidates a knob can also name a
+setting off its grid (:attr:`Knob.between`): any whole watt for a power limit, any supported clock for a lock.
+A ``MaxSlowdown`` search uses it to move its choice up to the allowed slowdown (:mod:`dtpo.tune.boundary`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -23,6 +26,8 @@ from dtpo.tune.setting import GpuSetting
 DEFAULT_STEP_W = 25.0
 DEFAULT_CLOCK_POINTS = 16
 
+Between = Callable[[GpuSetting, GpuSetting, float], "GpuSetting | None"]
+
 
 @dataclass(frozen=True)
 class Knob:
@@ -32,11 +37,16 @@ class Knob:
         name: ``"power-limit"`` or ``"sm-clock"``.
         candidates: From the setting chosen so far to this knob's candidates (that setting first).
         changes_numerics: Whether turning it changes what training computes (never, for GPU knobs).
+        between: Optional: given two settings ``a`` and ``b`` that differ in this knob only and a fraction
+            ``f`` in (0, 1), a setting of this knob strictly between them near ``a + f (b - a)``, or ``None``
+            where the knob has none (adjacent clocks, limits a watt apart). Knobs without it are searched on
+            their candidates only.
     """
 
     name: str
     candidates: Callable[[GpuSetting], list[GpuSetting]]
     changes_numerics: bool = False
+    between: Between | None = None
 
 
 def power_limit_grid(limits: KnobLimits, step_w: float = DEFAULT_STEP_W) -> list[float]:
@@ -64,6 +74,36 @@ def clock_grid(limits: KnobLimits, points: int = DEFAULT_CLOCK_POINTS) -> list[i
     return sorted({clocks[round(i * stride)] for i in range(points)}, reverse=True)
 
 
+def power_limit_between(a: GpuSetting, b: GpuSetting, fraction: float) -> GpuSetting | None:
+    """The whole-watt power limit nearest ``a + fraction (b - a)`` strictly between ``a`` and ``b`` (clock of
+    ``a``), or ``None`` when no whole watt lies between them."""
+    lo, hi = sorted((a.power_limit_w, b.power_limit_w))
+    first, last = math.floor(lo) + 1, math.ceil(hi) - 1  # the whole watts strictly inside
+    if first > last:
+        return None
+    target = a.power_limit_w + fraction * (b.power_limit_w - a.power_limit_w)
+    return GpuSetting(float(min(max(round(target), first), last)), a.sm_clock_mhz)
+
+
+def clock_between(clocks: Sequence[int]) -> Between:
+    """A ``between`` for SM-clock locks: the supported clock nearest ``a + fraction (b - a)`` strictly between the
+    two locks (a floating clock counts as the highest supported one)."""
+    supported = sorted(clocks)
+
+    def between(a: GpuSetting, b: GpuSetting, fraction: float) -> GpuSetting | None:
+        top = supported[-1] if supported else 0
+        ca = a.sm_clock_mhz if a.sm_clock_mhz is not None else top
+        cb = b.sm_clock_mhz if b.sm_clock_mhz is not None else top
+        lo, hi = sorted((ca, cb))
+        inside = [c for c in supported if lo < c < hi]
+        if not inside:
+            return None
+        target = ca + fraction * (cb - ca)
+        return GpuSetting(a.power_limit_w, min(inside, key=lambda c: (abs(c - target), c)))
+
+    return between
+
+
 def make_knobs(which: str, limits: KnobLimits, step_w: float = DEFAULT_STEP_W,
                clock_points: int = DEFAULT_CLOCK_POINTS) -> list[Knob]:
     """The knobs to tune for ``--tune which``, in the order they are searched (for ``both``: the power limit
@@ -81,7 +121,7 @@ def make_knobs(which: str, limits: KnobLimits, step_w: float = DEFAULT_STEP_W,
         rest = [GpuSetting(v, base.sm_clock_mhz) for v in limit_values if v != base.power_limit_w]
         return [base, *rest]
 
-    power = Knob("power-limit", by_limit)
+    power = Knob("power-limit", by_limit, between=power_limit_between)
     if which == "power-limit":
         return [power]
     clock_values = clock_grid(limits)
@@ -90,7 +130,7 @@ def make_knobs(which: str, limits: KnobLimits, step_w: float = DEFAULT_STEP_W,
         rest = [GpuSetting(base.power_limit_w, c) for c in clock_values if c != base.sm_clock_mhz]
         return [base, *rest]
 
-    clock = Knob("sm-clock", by_clock)
+    clock = Knob("sm-clock", by_clock, between=clock_between(limits.sm_clocks_mhz))
     return [clock] if which == "sm-clock" else [power, clock]
 
 

@@ -34,6 +34,11 @@ floating) downwards:
    the steps that decide between them. Under ``MaxSlowdown``, while the best or a cheaper setting may be too
    slow, its time and the default's are measured instead, each step going where it narrows their comparison
    most for what it costs. Then the best estimate is held.
+5. Under ``MaxSlowdown``, on a knob that can name settings between its candidates, the race first moves the
+   choice up to the allowed slowdown: a setting between the cheapest one surely allowed and the next one down
+   is placed where the time reaches the bound less a safety margin (:mod:`dtpo.tune.boundary`), and that next
+   one leaves the race. The new setting is measured like any other, and only a measurement that shows it
+   surely allowed makes it the choice.
 
 Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
 visit are compared with the visit's settled level, the time until they stay within the noise is that
@@ -49,6 +54,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dtpo.tune.allocation import Contender, cheapest_information, ocba_targets
+from dtpo.tune.boundary import boundary_fraction, verdict_margin
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
 from dtpo.tune.knob import Knob
 from dtpo.tune.report import profiling_cost, projected_saving, settings_rows
@@ -84,6 +90,7 @@ class PowerTuner:
         if not dimensions:
             raise ValueError("a tuner needs at least one knob")
         self.dimensions = [d.candidates if isinstance(d, Knob) else d for d in dimensions]
+        self.betweens = [d.between if isinstance(d, Knob) else None for d in dimensions]
         self.dimension_names = [d.name if isinstance(d, Knob) else f"knob {i + 1}" for i, d in enumerate(dimensions)]
         self.metric = metric
         self.context = context
@@ -111,6 +118,7 @@ class PowerTuner:
         self._spent = 0
         self._hold_blocks: list[Block] = []
         self._drift_strikes = 0
+        self._boundary_left = 0
 
     # -- what the caller asks ------------------------------------------------------------------------------
 
@@ -252,6 +260,7 @@ class PowerTuner:
             if c.stats.measured:
                 c.status = "measured"
         self._budget = self._spent + self.options.budget_steps_per_candidate * len(settings)
+        self._boundary_left = self.options.boundary_points
         self.choice = None
         first = self._candidates[0]
         target = first.stats.steps + self.options.first_visit_steps
@@ -352,7 +361,8 @@ class PowerTuner:
             assert j.reference is not None
             j.reference.status = "measured"
             live = [j.reference]
-        feasible = [c for c in live if self._feasible(j.estimates[c.index], j.ref, 0.0)]
+        # a setting placed at the bound on purpose may be the choice only once it is surely allowed
+        feasible = [c for c in live if self._feasible(j.estimates[c.index], j.ref, j.z if c.interpolated else 0.0)]
         best = min(feasible or live, key=lambda c: j.estimates[c.index].cost)
         self._drop_costlier(j, live, best)
         if self._spent >= self._budget:
@@ -400,6 +410,8 @@ class PowerTuner:
         else measure more of the best or a challenger, as :mod:`dtpo.tune.allocation` says. When the best, or a
         cheaper setting, may be too slow for ``MaxSlowdown``, measure it or the default instead (their times
         decide), whichever step narrows the comparison most for what it costs."""
+        if self._toward_bound(j, best):
+            return
         b, z = j.estimates[best.index], j.z
         pending = [c for c in live if c is not best and
                    (b.cost - j.estimates[c.index].cost) + z * math.hypot(j.estimates[c.index].cost_se, b.cost_se)
@@ -431,6 +443,49 @@ class PowerTuner:
         pick = self._stay_if_nearly(group, deficit, 0.5)
         self._revisit(pick, min(max(self.options.revisit_steps, math.ceil(deficit[pick.index])),
                                 2 * self.options.revisit_steps), best)
+
+    def _toward_bound(self, j: Judgement, best: Candidate) -> bool:
+        """``MaxSlowdown``: visit a setting between the cheapest one surely allowed and the next one down (when that
+        one is cheaper and likely too slow), where the time reaches the bound less the margin its verdict will
+        need (:mod:`dtpo.tune.boundary`); that next one leaves the race. Returns whether a visit began."""
+        between = self.betweens[self._dimension]
+        if (self._boundary_left <= 0 or between is None or not self.options.ordered or j.ref is None
+                or not isinstance(self.metric, MaxSlowdown)):
+            return False
+        sure = [c for c in self._candidates if c.status == "measured"
+                and self._feasible(j.estimates[c.index], j.ref, j.z) is True]
+        if not sure:
+            return False
+        fast = min(sure, key=lambda c: j.estimates[c.index].cost)
+        slow = self._candidates[fast.index + 1] if fast.index + 1 < len(self._candidates) else None
+        allowed = self.metric.factor * j.ref.time_per_sample_s
+        planned = self.options.first_visit_steps + self.options.revisit_steps
+        # the next one down must be cheaper and likely too slow: by a standard error, or at all once both it and
+        # the default had a fair look (one that may well be allowed is measured until the race knows)
+        if slow is None or slow.index not in j.estimates or slow.status == "rejected" \
+                or j.estimates[slow.index].cost >= j.estimates[fast.index].cost:
+            return False
+        looked = min(slow.stats.steps, j.ref.steps) >= planned
+        if self._feasible(j.estimates[slow.index], j.ref, 0.0 if looked else 1.0) is not False:
+            return False
+        margin = verdict_margin(j.z, self._noise().time_cv, allowed, planned, self.metric.factor, j.ref.time_se)
+        fraction = boundary_fraction(allowed, j.estimates[fast.index].time_per_sample_s,
+                                     j.estimates[slow.index].time_per_sample_s, margin,
+                                     self.options.min_boundary_fraction)
+        setting = None if fraction is None else between(fast.stats.setting, slow.stats.setting, fraction)
+        if setting is None or self._budget - self._spent - self._warmup_steps() < planned:
+            return False
+        placed = Candidate(fast.index + 1, self._stats_of(setting), interpolated=True,
+                           reason=f"between {fast.stats.setting.label} and {slow.stats.setting.label}, "
+                                  "towards the allowed slowdown")
+        self._candidates.insert(placed.index, placed)
+        for i, c in enumerate(self._candidates):
+            c.index = i
+        slow.status, slow.reason = "pruned", f"beyond the allowed slowdown: {setting.label} is measured instead"
+        self._boundary_left -= 1
+        self.history.append(f"{setting.label}: {placed.reason}")
+        self._revisit(placed, planned, best)
+        return True
 
     def _measure_time(self, j: Judgement, unsure: Candidate, best: Candidate) -> None:
         """``MaxSlowdown``: one more visit to ``unsure`` or to the default, whichever narrows the interval of

@@ -54,6 +54,12 @@ class TunerOptions:
         ordered: Whether each knob's candidates lie along one axis on which time only grows (power limits,
             clocks): then steep rises prune the rest of the axis unvisited. Job knobs (precision, accumulation,
             compression) are not ordered that way.
+        boundary_points: ``MaxSlowdown`` on an ordered knob that can name settings between its candidates: how
+            many such settings a search may visit to move its choice up to the allowed slowdown
+            (:mod:`dtpo.tune.boundary`); 0 keeps the search on the candidates.
+        min_boundary_fraction: A setting between two candidates is visited only when it lies at least this
+            share of the way from the allowed one to the next one down (closer, it saves too little to pay for
+            its steps).
     """
 
     wait_steps: int = 2
@@ -74,6 +80,8 @@ class TunerOptions:
     drift: float = 0.10
     drift_window_steps: int = 200
     ordered: bool = True
+    boundary_points: int = 2
+    min_boundary_fraction: float = 0.1
 
 
 @dataclass
@@ -84,6 +92,7 @@ class Candidate:
     stats: SettingStats
     status: str = "unvisited"  # unvisited, measured, dropped (clearly worse), infeasible, pruned, rejected, chosen
     reason: str = ""
+    interpolated: bool = False  # placed between two candidates towards a MaxSlowdown bound (dtpo.tune.boundary)
 
 
 @dataclass
