@@ -339,3 +339,13 @@ def test_a_setting_between_that_is_not_surely_fast_enough_is_not_chosen() -> Non
     run_until_hold(tuner, SyntheticJob(noise=0.01, seed=5))
     assert tuner.choice is not None and tuner.choice.power_limit_w >= 200.0
     assert on_grid(STEP_S, tuner.choice.power_limit_w) <= 1.078 * STEP_S[300.0]
+
+
+def test_a_saved_profile_holds_a_setting_between_candidates_only_when_surely_allowed() -> None:
+    # at most 15 % slower than 0.200 s (0.230 s): 182 W takes 0.2294 s, within the bound by 0.3 %, not surely so
+    # over 10 steps; 190 W (0.2222 s) surely is. Both are cheaper than 200 W, 182 W the cheaper of the two.
+    job = SyntheticJob(noise=0.0)
+    measured = {GpuSetting(w): job.stats(GpuSetting(w), blocks=10) for w in (*LIMITS, 190.0, 182.0)}
+    assert slowdown_tuner(1.15).start_from_profile(measured) == GpuSetting(190.0)
+    without_190 = {s: st for s, st in measured.items() if s != GpuSetting(190.0)}
+    assert slowdown_tuner(1.15).start_from_profile(without_190) == GpuSetting(200.0)

@@ -331,9 +331,20 @@ class PowerTuner:
         return None
 
     def _best(self, estimates: list[Estimate]) -> Estimate:
+        """The cheapest allowed estimate; as in a search, a setting off the knobs' candidates (placed towards a
+        ``MaxSlowdown`` bound) must be surely allowed."""
         ref = self._reference_estimate()
-        feasible = [e for e in estimates if self._feasible(e, ref, 0.0)]
+        z = t_quantile(self._noise().dof, self.options.z)
+        candidates = self._candidate_grid()
+        feasible = [e for e in estimates if self._feasible(e, ref, 0.0 if e.setting in candidates else z)]
         return min(feasible or estimates, key=lambda e: e.cost)
+
+    def _candidate_grid(self) -> set[GpuSetting]:
+        """Every setting the knobs name as a candidate, from the default through each knob in turn."""
+        grid = {self.default}
+        for dimension in self.dimensions:
+            grid |= {s for base in grid for s in dimension(base)}
+        return grid
 
     def _reference_estimate(self) -> Estimate | None:
         """The default setting's figures (what ``MaxSlowdown`` compares with)."""
