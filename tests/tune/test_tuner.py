@@ -349,3 +349,15 @@ def test_a_saved_profile_holds_a_setting_between_candidates_only_when_surely_all
     assert slowdown_tuner(1.15).start_from_profile(measured) == GpuSetting(190.0)
     without_190 = {s: st for s, st in measured.items() if s != GpuSetting(190.0)}
     assert slowdown_tuner(1.15).start_from_profile(without_190) == GpuSetting(200.0)
+
+
+def test_a_checkpointed_choice_is_held_as_it_was_even_when_another_looks_cheaper() -> None:
+    # a search may hold a setting that is not the cheapest of its figures (it rejected or dropped one that looks
+    # cheaper); a resumed run holds what the checkpoint held, and re-derives only without it
+    job = SyntheticJob(noise=0.0)
+    measured = {GpuSetting(w): job.stats(GpuSetting(w)) for w in LIMITS}
+    tuner = make_tuner()
+    assert tuner.start_from_profile(measured, held=GpuSetting(200.0)) == GpuSetting(200.0)
+    assert tuner.holding and tuner.choice == GpuSetting(200.0) and tuner.profiling_steps == 0
+    assert make_tuner().start_from_profile(measured, held=GpuSetting(190.0)) == BEST  # not in the profile
+    assert make_tuner().start_from_profile(measured) == BEST

@@ -404,6 +404,7 @@ class JobTuneCallback(Callback):
         holding = tuner.holding
         return {"default": tuner.default.as_dict(), "holding": holding,
                 "settings": [st.as_row() for st in tuner.stats.values() if st.measured] if holding else None,
+                "choice": tuner.choice.as_dict() if holding and tuner.choice is not None else None,
                 "verdicts": [[setting.as_dict(), verdict.as_dict()] for setting, verdict in self.verdicts.items()],
                 "comm": [[setting.as_dict(), list(c)] for setting, c in self._comm.items()],
                 "screened": dict(self.screened), "trajectory": list(self.trajectory)}
@@ -427,7 +428,8 @@ class JobTuneCallback(Callback):
             self.resumed = "the search was cut short by the restart: it started again from the starting setting"
             return
         measured = {st.setting: st for st in (SettingStats.from_row(row, JobSetting) for row in saved["settings"])}
-        choice = tuner.start_from_profile(measured)
+        held = saved.get("choice")
+        choice = tuner.start_from_profile(measured, JobSetting.from_dict(held) if held else None)
         self.resumed = f"held the checkpoint's choice ({choice.label}) without profiling again"
         if choice != self.applied:
             self._apply(session, choice)

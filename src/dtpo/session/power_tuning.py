@@ -276,7 +276,8 @@ class TuneCallback(Callback):
         if tuner is None or not tuner.holding or self.source != "measured":
             return {"settings": None}
         rows = [s.as_row() for s in tuner.stats.values() if s.measured]
-        return {"settings": rows, "profile": dict(self.profile)}
+        choice = tuner.choice.as_dict() if tuner.choice is not None else None
+        return {"settings": rows, "choice": choice, "profile": dict(self.profile)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Hold the checkpoint's choice from the start (called after :meth:`on_train_start` built the tuner); the
@@ -285,7 +286,8 @@ class TuneCallback(Callback):
         if not rows or self.tuner is None or self.controller is None:
             return
         measured = {stats.setting: stats for stats in map(SettingStats.from_row, rows)}
-        choice = self.tuner.start_from_profile(measured)
+        held = state.get("choice")
+        choice = self.tuner.start_from_profile(measured, GpuSetting.from_dict(held) if held else None)
         self._profile_checked = self._profile_saved = True
         self.profile = {**dict(state.get("profile") or {}), "resumed_from_checkpoint": True}
         if choice != self.applied:

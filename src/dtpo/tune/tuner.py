@@ -152,11 +152,20 @@ class PowerTuner:
         """True once a choice is in force."""
         return self.phase is Phase.HOLD
 
-    def start_from_profile(self, measured: dict[GpuSetting, SettingStats]) -> GpuSetting:
-        """Hold the best setting of a saved profile at once (no profiling)."""
+    def start_from_profile(self, measured: dict[GpuSetting, SettingStats], held: Any = None) -> GpuSetting:
+        """Hold the best setting of a saved profile at once (no profiling).
+
+        Args:
+            measured: The profile's settings and figures.
+            held: The setting a checkpointed search was holding: held again as it is (a search's choice is not
+                always the cheapest of its figures: it may have rejected or dropped a setting that looks cheaper).
+        """
         self.stats.update(measured)
         default_stats = measured.get(self.default)
         self._reference = default_stats
+        if held is not None and held in measured:
+            self._hold(held, "checkpoint")
+            return held
         estimates = self._estimates(list(measured.values()))
         best = self._best(estimates)
         self._hold(best.setting, "saved profile")
