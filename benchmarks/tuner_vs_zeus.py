@@ -663,6 +663,20 @@ def goal_lines(goals: Sequence[Goal]) -> list[str]:
     return [f"GOAL {'met' if g.met else 'MISSED'}: {g.name}: {g.figure}" for g in goals]
 
 
+def off_grid_lines(cases: Sequence[Case]) -> list[str]:
+    """Per metric and noise level where dtpo held limits off Zeus's grid (a ``slowdown`` search moving towards the
+    factor): on how many runs, and their true cost against the grid oracle (median, best, worst)."""
+    lines = []
+    for (metric, noise), group in _groups(cases, lambda c: (c.metric, c.noise)).items():
+        ratios = [c.scores["dtpo"].ratio for c in group
+                  if round(c.scores["dtpo"].choice_w / ZEUS_STEP_W) * ZEUS_STEP_W != c.scores["dtpo"].choice_w]
+        if ratios:
+            lines.append(f"{metric}, σ {noise:g}: dtpo held a limit between grid limits on {len(ratios)} of "
+                         f"{len(group)} runs; ×oracle median {statistics.median(ratios):.4f}, best {min(ratios):.4f}, "
+                         f"worst {max(ratios):.4f}")
+    return lines
+
+
 def report(console: Console, cases: Sequence[Case], goals: Sequence[Goal], options: Options, runtime_s: float) -> None:
     """Print the per-trace tables (unless ``--summary-only``), the summary and the goals."""
     done = [c for c in cases if not c.error]
@@ -672,6 +686,8 @@ def report(console: Console, cases: Sequence[Case], goals: Sequence[Goal], optio
             console.print()
     if done:
         console.print(summary_table(done, options.job_steps))
+        for line in off_grid_lines(done):
+            console.print(line, markup=False, highlight=False)
     for case in [c for c in cases if c.error]:
         console.print(f"FAILED: {case.trace}, {case.metric}, noise {case.noise:g}, seed {case.seed}: {case.error}",
                       style="red", markup=False, highlight=False)
