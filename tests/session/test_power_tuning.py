@@ -225,6 +225,33 @@ def test_a_tuning_run_walks_the_grid_holds_the_energy_optimum_and_restores(
     assert set_calls(nvml) == sets
 
 
+def linear_slowdown_model(limit_w: float) -> tuple[float, float]:
+    """Below the GPU's own draw each watt taken away slows the step by the same amount and saves energy all the
+    way down: under a slowdown limit the least energy lies at the limit's bound (180 W for 15 %)."""
+    return T0_S * (1 + 0.6 * max(0.0, DRAW_W - limit_w) / DRAW_W), min(limit_w, DRAW_W)
+
+
+def test_a_slowdown_run_sets_a_limit_between_grid_steps_journaled_and_restored(
+        nvml: FakeNvml, gpus: list[NvmlGpu], state: Path, make_callback: Callable[..., TuneCallback]) -> None:
+    # at most 15 % slower: 200 W is 10 % slower, 175 W 16 %; the search places a whole-watt limit in between
+    job = Job(nvml, model=linear_slowdown_model)
+    cb = make_callback(job, gpus=gpus, cost="slowdown:1.15")
+    job.train(cb)
+    assert cb.tuner is not None and cb.tuner.choice is not None
+    held_w = cb.tuner.choice.power_limit_w
+    tuning = job.finish(cb)
+    sets = set_calls(nvml)
+    off_grid = [mw for mw in sets if mw not in GRID_MW]
+    assert off_grid and all(mw % 1000 == 0 and 175_000 < mw < 200_000 for mw in off_grid), sets
+    assert nvml.journal_seen_at_set and all(nvml.journal_seen_at_set)  # journaled before every change
+    assert sets[-1] == MAX_MW and nvml.gpus[0].limit_mw == MAX_MW  # the original limit comes back last
+    assert 175.0 < held_w < 200.0
+    assert linear_slowdown_model(held_w)[0] <= 1.15 * T0_S  # the choice keeps the slowdown limit
+    assert tuning["choice"]["power_limit_w"] == held_w
+    rows = {r["power_limit_w"]: r for r in tuning["settings"]}
+    assert rows[held_w]["status"] == "chosen" and "towards the allowed slowdown" in rows[held_w]["reason"]
+
+
 def test_the_profile_folder_defaults_to_the_state_dir(nvml: FakeNvml, gpus: list[NvmlGpu], state: Path,
                                                       make_callback: Callable[..., TuneCallback]) -> None:
     job = Job(nvml)
