@@ -7,7 +7,11 @@ import math
 
 import pytest
 
-from dtpo.tune.boundary import boundary_fraction, verdict_margin
+from dtpo.tune.boundary import allowed, boundary_fraction, boundary_pair, verdict_margin
+from dtpo.tune.cost import Energy, MaxSlowdown
+from dtpo.tune.setting import GpuSetting
+from dtpo.tune.stats import Estimate, SettingStats
+from dtpo.tune.tuner_types import Candidate, Judgement
 
 
 def test_the_margin_is_z_standard_errors_of_the_time_difference() -> None:
@@ -31,3 +35,28 @@ def test_the_fraction_is_where_the_chord_reaches_the_bound_less_the_margin() -> 
 def test_no_fraction_where_a_visit_between_is_pointless(allowed: float, fast: float, slow: float, margin: float,
                                                        why: str) -> None:
     assert boundary_fraction(allowed, fast, slow, margin, 0.1) is None, why
+
+
+def _est(setting: float, time: float, se: float) -> Estimate:
+    return Estimate(GpuSetting(setting), 10, time, se, time, se, time)
+
+
+def test_allowed_is_sure_either_way_or_not_yet_clear() -> None:
+    metric, ref = MaxSlowdown(1.1), _est(300.0, 1.0, 0.0)
+    assert allowed(metric, _est(200.0, 1.05, 0.01), ref, 2.0) is True
+    assert allowed(metric, _est(200.0, 1.15, 0.01), ref, 2.0) is False
+    assert allowed(metric, _est(200.0, 1.09, 0.01), ref, 2.0) is None
+    assert allowed(metric, _est(200.0, 1.09, 0.01), ref, 0.0) is True
+    assert allowed(Energy(), _est(200.0, 9.0, 0.01), ref, 2.0) is True  # no constraint
+    assert allowed(metric, _est(200.0, 9.0, 0.01), None, 2.0) is True  # the default not measured yet
+
+
+def test_the_pair_is_the_cheapest_sure_setting_and_the_likely_too_slow_one_below() -> None:
+    limits, times = [300.0, 250.0, 200.0, 175.0], [1.0, 1.02, 1.06, 1.15]
+    cands = [Candidate(i, SettingStats(GpuSetting(w)), "measured") for i, w in enumerate(limits)]
+    estimates = {i: Estimate(GpuSetting(w), 10, 1.0 - 0.05 * i, 0.001, t, 0.01, 1.0 - 0.05 * i)
+                 for i, (w, t) in enumerate(zip(limits, times, strict=True))}
+    j = Judgement(estimates, estimates[0], 2.0, cands[0])
+    assert boundary_pair(MaxSlowdown(1.1), cands, j, 12) == (cands[2], cands[3])
+    # a bound that 175 W may well meet: no pair, the race measures 175 W first
+    assert boundary_pair(MaxSlowdown(1.145), cands, j, 12) is None

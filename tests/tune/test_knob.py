@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dtpo.devices.base import KnobLimits
-from dtpo.tune.knob import clock_between, make_knobs, power_limit_between, power_limit_grid
+from dtpo.tune.knob import candidate_grid, clock_between, make_knobs, power_limit_between, power_limit_grid
 from dtpo.tune.setting import GpuSetting
 
 LIMITS = KnobLimits(min_power_limit_w=100.0, max_power_limit_w=300.0, default_power_limit_w=300.0,
@@ -44,3 +44,10 @@ def test_both_gpu_knobs_can_name_settings_between_their_candidates() -> None:
     power, clock = make_knobs("both", LIMITS)
     assert power.between is not None and clock.between is not None
     assert power.between(GpuSetting(300.0), GpuSetting(275.0), 0.5) == GpuSetting(288.0)
+
+
+def test_the_candidate_grid_is_every_clock_at_every_limit_without_repeats() -> None:
+    power, clock = make_knobs("both", LIMITS)
+    grid = candidate_grid([power.candidates, clock.candidates], GpuSetting(300.0))
+    assert grid[0] == GpuSetting(300.0) and len(grid) == len(set(grid))
+    assert len(grid) == len(power_limit_grid(LIMITS)) * (1 + len(LIMITS.sm_clocks_mhz))

@@ -1,4 +1,8 @@
-"""Moving a ``MaxSlowdown`` choice up to the allowed slowdown: a setting between two adjacent candidates.
+"""The ``MaxSlowdown`` bound in a search: whether a setting is allowed, and moving the choice up to the bound with
+a setting between two adjacent candidates.
+
+A setting is allowed when its time per sample is at most ``F`` times the default's; with ``z`` standard errors
+of that comparison the verdict is sure either way, or not yet clear (:func:`allowed`).
 
 Under ``MaxSlowdown(F)`` energy falls as the power limit (or the clock) falls, until the limit bites hard,
 so the least energy lies at the slowest setting allowed. On a grid of candidates (Zeus's 25 W steps) the
@@ -18,7 +22,48 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["boundary_fraction", "verdict_margin"]
+from dtpo.tune.cost import CostMetric, MaxSlowdown
+from dtpo.tune.stats import Estimate
+from dtpo.tune.tuner_types import Candidate, Judgement
+
+__all__ = ["allowed", "boundary_fraction", "boundary_pair", "verdict_margin"]
+
+
+def allowed(metric: CostMetric, est: Estimate, ref: Estimate | None, z: float) -> bool | None:
+    """True, False (clearly too slow) or None (not clear yet) for ``metric``'s constraint, ``z`` standard errors
+    of the time difference deciding; always True for a metric without one, for the default itself, or before
+    the default (``ref``) is measured."""
+    if not isinstance(metric, MaxSlowdown) or ref is None or est.setting == ref.setting:
+        return True
+    bound = metric.factor * ref.time_per_sample_s
+    spread = z * math.hypot(est.time_se, metric.factor * ref.time_se)
+    if est.time_per_sample_s - spread > bound:
+        return False
+    if est.time_per_sample_s + spread <= bound:
+        return True
+    return None
+
+
+def boundary_pair(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement, looked_steps: int
+                  ) -> tuple[Candidate, Candidate] | None:
+    """The two adjacent candidates (of an ordered knob) to place a setting between: the cheapest one surely
+    allowed, and the next one down, which must be cheaper and likely too slow: by a standard error, or at all once
+    both it and the default had ``looked_steps`` steps (one that may well be allowed is measured until the race
+    knows). ``None`` when there is no such pair."""
+    if j.ref is None:
+        return None
+    sure = [c for c in candidates if c.status == "measured" and allowed(metric, j.estimates[c.index], j.ref, j.z)]
+    if not sure:
+        return None
+    fast = min(sure, key=lambda c: j.estimates[c.index].cost)
+    slow = candidates[fast.index + 1] if fast.index + 1 < len(candidates) else None
+    if slow is None or slow.index not in j.estimates or slow.status == "rejected" \
+            or j.estimates[slow.index].cost >= j.estimates[fast.index].cost:
+        return None
+    looked = min(slow.stats.steps, j.ref.steps) >= looked_steps
+    if allowed(metric, j.estimates[slow.index], j.ref, 0.0 if looked else 1.0) is not False:
+        return None
+    return fast, slow
 
 
 def verdict_margin(z: float, time_cv: float, allowed_s: float, planned_steps: int, factor: float,

@@ -134,6 +134,16 @@ def make_knobs(which: str, limits: KnobLimits, step_w: float = DEFAULT_STEP_W,
     return [clock] if which == "sm-clock" else [power, clock]
 
 
+def candidate_grid(dimensions: Sequence[Callable[[GpuSetting], list[GpuSetting]]], default: GpuSetting
+                   ) -> list[GpuSetting]:
+    """Every setting a full sweep visits: each knob's candidates (``Knob.candidates``) from every setting of the
+    knobs before it, starting at ``default``, in order and without repeats."""
+    settings = [default]
+    for candidates in dimensions:
+        settings = [s for base in settings for s in candidates(base)]
+    return list(dict.fromkeys(settings))
+
+
 def apply_setting(controller: KnobController, devices: Sequence[Device], setting: GpuSetting,
                   previous: GpuSetting | None) -> None:
     """Put ``setting`` on every device, changing only what differs from ``previous``."""

@@ -24,7 +24,7 @@ from dtpo.devices.journal import KnobJournal
 from dtpo.devices.knobs import KnobController
 from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuGroup, operating_point
 from dtpo.tune.cost import CostContext, CostMetric
-from dtpo.tune.knob import DEFAULT_STEP_W, apply_setting, make_knobs
+from dtpo.tune.knob import DEFAULT_STEP_W, apply_setting, candidate_grid, make_knobs
 from dtpo.tune.prior import model_guess
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.stats import Block
@@ -157,11 +157,7 @@ def candidate_settings(gpus: SimulatedGpu | SimulatedGpuGroup, knob: str, step_w
     """Every setting a full sweep of ``knob`` visits (for ``both``: every clock at every limit)."""
     limits = gpus.knob_limits()
     assert limits is not None
-    knobs = make_knobs(knob, limits, step_w)
-    settings = knobs[0].candidates(default_setting(gpus))
-    for k in knobs[1:]:
-        settings = [s for base in settings for s in k.candidates(base)]
-    return list(dict.fromkeys(settings))
+    return candidate_grid([k.candidates for k in make_knobs(knob, limits, step_w)], default_setting(gpus))
 
 
 def oracle(gpus: SimulatedGpu | SimulatedGpuGroup, cost: CostMetric, knob: str = "power-limit",

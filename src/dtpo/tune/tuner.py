@@ -54,9 +54,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dtpo.tune.allocation import Contender, cheapest_information, ocba_targets
-from dtpo.tune.boundary import boundary_fraction, verdict_margin
+from dtpo.tune.boundary import allowed, boundary_fraction, boundary_pair, verdict_margin
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
-from dtpo.tune.knob import Knob
+from dtpo.tune.knob import Knob, candidate_grid
+from dtpo.tune.ordered import next_unvisited, prune_below, steep_below
 from dtpo.tune.report import profiling_cost, projected_saving, settings_rows
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
@@ -116,7 +117,6 @@ class PowerTuner:
         self._reference: SettingStats | None = None  # the default's figures, for MaxSlowdown
         self._budget = 0
         self._spent = 0
-        self._hold_blocks: list[Block] = []
         self._drift_strikes = 0
         self._boundary_left = 0
 
@@ -327,33 +327,14 @@ class PowerTuner:
         noise = self._noise()
         return [estimate(s, noise, self.metric, self.context) for s in stats if s.measured]
 
-    def _feasible(self, est: Estimate, ref: Estimate | None, z: float) -> bool | None:
-        """True, False (clearly too slow) or None (not clear yet) for the metric's constraint."""
-        if not isinstance(self.metric, MaxSlowdown) or ref is None or est.setting == ref.setting:
-            return True
-        bound = self.metric.factor * ref.time_per_sample_s
-        spread = z * math.hypot(est.time_se, self.metric.factor * ref.time_se)
-        if est.time_per_sample_s - spread > bound:
-            return False
-        if est.time_per_sample_s + spread <= bound:
-            return True
-        return None
-
     def _best(self, estimates: list[Estimate]) -> Estimate:
         """The cheapest allowed estimate; as in a search, a setting off the knobs' candidates (placed towards a
         ``MaxSlowdown`` bound) must be surely allowed."""
         ref = self._reference_estimate()
         z = t_quantile(self._noise().dof, self.options.z)
-        candidates = self._candidate_grid()
-        feasible = [e for e in estimates if self._feasible(e, ref, 0.0 if e.setting in candidates else z)]
+        grid = set(candidate_grid(self.dimensions, self.default))
+        feasible = [e for e in estimates if allowed(self.metric, e, ref, 0.0 if e.setting in grid else z)]
         return min(feasible or estimates, key=lambda e: e.cost)
-
-    def _candidate_grid(self) -> set[GpuSetting]:
-        """Every setting the knobs name as a candidate, from the default through each knob in turn."""
-        grid = {self.default}
-        for dimension in self.dimensions:
-            grid |= {s for base in grid for s in dimension(base)}
-        return grid
 
     def _reference_estimate(self) -> Estimate | None:
         """The default setting's figures (what ``MaxSlowdown`` compares with)."""
@@ -382,7 +363,8 @@ class PowerTuner:
             j.reference.status = "measured"
             live = [j.reference]
         # a setting placed at the bound on purpose may be the choice only once it is surely allowed
-        feasible = [c for c in live if self._feasible(j.estimates[c.index], j.ref, j.z if c.interpolated else 0.0)]
+        feasible = [c for c in live
+                    if allowed(self.metric, j.estimates[c.index], j.ref, j.z if c.interpolated else 0.0)]
         best = min(feasible or live, key=lambda c: j.estimates[c.index].cost)
         self._drop_costlier(j, live, best)
         if self._spent >= self._budget:
@@ -390,7 +372,7 @@ class PowerTuner:
             return
         unvisited = [c for c in cands if c.status == "unvisited"]
         if unvisited:
-            nxt = self._next_unvisited(unvisited, best, j.estimates)
+            nxt = next_unvisited(self._candidates, unvisited, best, j.estimates, self.guess)
             self._revisit(nxt, self.options.first_visit_steps, best)
             return
         self._race(j, [c for c in cands if c.status == "measured"], best)
@@ -398,7 +380,7 @@ class PowerTuner:
     def _rule_out_too_slow(self, j: Judgement) -> None:
         """``MaxSlowdown``: settings clearly too slow go, and every lower one with a setting far too slow."""
         for c in self._candidates:
-            if c.status != "measured" or self._feasible(j.estimates[c.index], j.ref, j.z) is not False:
+            if c.status != "measured" or allowed(self.metric, j.estimates[c.index], j.ref, j.z) is not False:
                 continue
             c.status, c.reason = "infeasible", "slower than the allowed slowdown"
             assert isinstance(self.metric, MaxSlowdown) and j.ref is not None
@@ -408,7 +390,7 @@ class PowerTuner:
     def _drop_costlier(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
         """Drop what is clearly costlier than the cheapest setting that is surely allowed; where cost and time
         rise steeply below the best, drop every lower setting unvisited."""
-        sure = [c for c in live if self._feasible(j.estimates[c.index], j.ref, j.z) is True]
+        sure = [c for c in live if allowed(self.metric, j.estimates[c.index], j.ref, j.z) is True]
         if not sure:
             return
         anchor = min(sure, key=lambda c: j.estimates[c.index].cost)
@@ -422,7 +404,8 @@ class PowerTuner:
                 continue
             share = f"{gap / a.cost * 100:.1f} % " if a.cost > 0 else ""
             c.status, c.reason = "dropped", f"{share}costlier than {a.setting.label}"
-            if gap > self.options.steep_rise * a.cost and self._steep(c, anchor, j.estimates, j.z):
+            if gap > self.options.steep_rise * a.cost and self.options.ordered \
+                    and steep_below(self._candidates, c, anchor, j.estimates, j.z):
                 self._prune_below(c.index, f"below {c.stats.setting.label}, which is already far costlier")
 
     def _race(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
@@ -439,7 +422,7 @@ class PowerTuner:
         # MaxSlowdown: whether the best, or a cheaper setting, is fast enough is decided by its time and the
         # default's
         unsure = [c for c in live if (c is best or j.estimates[c.index].cost < b.cost)
-                  and self._feasible(j.estimates[c.index], j.ref, z) is None]
+                  and allowed(self.metric, j.estimates[c.index], j.ref, z) is None]
         if unsure and j.reference is not None:
             self._measure_time(j, min(unsure, key=lambda c: j.estimates[c.index].cost), best)
             return
@@ -469,27 +452,17 @@ class PowerTuner:
         one is cheaper and likely too slow), where the time reaches the bound less the margin its verdict will
         need (:mod:`dtpo.tune.boundary`); that next one leaves the race. Returns whether a visit began."""
         between = self.betweens[self._dimension]
-        if (self._boundary_left <= 0 or between is None or not self.options.ordered or j.ref is None
-                or not isinstance(self.metric, MaxSlowdown)):
-            return False
-        sure = [c for c in self._candidates if c.status == "measured"
-                and self._feasible(j.estimates[c.index], j.ref, j.z) is True]
-        if not sure:
-            return False
-        fast = min(sure, key=lambda c: j.estimates[c.index].cost)
-        slow = self._candidates[fast.index + 1] if fast.index + 1 < len(self._candidates) else None
-        allowed = self.metric.factor * j.ref.time_per_sample_s
         planned = self.options.first_visit_steps + self.options.revisit_steps
-        # the next one down must be cheaper and likely too slow: by a standard error, or at all once both it and
-        # the default had a fair look (one that may well be allowed is measured until the race knows)
-        if slow is None or slow.index not in j.estimates or slow.status == "rejected" \
-                or j.estimates[slow.index].cost >= j.estimates[fast.index].cost:
+        if self._boundary_left <= 0 or between is None or not self.options.ordered or j.ref is None \
+                or not isinstance(self.metric, MaxSlowdown):
             return False
-        looked = min(slow.stats.steps, j.ref.steps) >= planned
-        if self._feasible(j.estimates[slow.index], j.ref, 0.0 if looked else 1.0) is not False:
+        pair = boundary_pair(self.metric, self._candidates, j, planned)
+        if pair is None:
             return False
-        margin = verdict_margin(j.z, self._noise().time_cv, allowed, planned, self.metric.factor, j.ref.time_se)
-        fraction = boundary_fraction(allowed, j.estimates[fast.index].time_per_sample_s,
+        fast, slow = pair
+        bound = self.metric.factor * j.ref.time_per_sample_s
+        margin = verdict_margin(j.z, self._noise().time_cv, bound, planned, self.metric.factor, j.ref.time_se)
+        fraction = boundary_fraction(bound, j.estimates[fast.index].time_per_sample_s,
                                      j.estimates[slow.index].time_per_sample_s, margin,
                                      self.options.min_boundary_fraction)
         setting = None if fraction is None else between(fast.stats.setting, slow.stats.setting, fraction)
@@ -540,52 +513,9 @@ class PowerTuner:
             return
         self._begin_visit(pick, pick.stats.steps + min(steps, left), changed=changed)
 
-    def _steep(self, c: Candidate, best: Candidate, estimates: dict[int, Estimate], z: float) -> bool:
-        """Whether cost and time rise clearly over two settings in a row from the best down to ``c``: the
-        setting just above ``c`` is clearly costlier and slower than the best, and ``c`` clearly costlier and
-        slower than it. One rise alone may be a measured zigzag (a limit that does not bind); two in a row
-        are the limit biting."""
-        if not self.options.ordered or c.index < best.index + 2:
-            return False
-        above = self._candidates[c.index - 1]
-        if not above.stats.measured:
-            return False
-        noise = self._noise()
-        e_c, e_a, e_b = (estimates.get(x.index) or estimate(x.stats, noise, self.metric, self.context)
-                         for x in (c, above, best))
-
-        def clearly_above(hi: Estimate, lo: Estimate) -> bool:
-            return (hi.cost - lo.cost > z * math.hypot(hi.cost_se, lo.cost_se)
-                    and hi.time_per_sample_s - lo.time_per_sample_s > z * math.hypot(hi.time_se, lo.time_se))
-
-        return clearly_above(e_c, e_a) and clearly_above(e_a, e_b)
-
     def _prune_below(self, index: int, reason: str) -> None:
-        if not self.options.ordered:
-            return
-        for c in self._candidates[index + 1:]:
-            if c.status == "unvisited":
-                c.status, c.reason = "pruned", reason
-
-    def _next_unvisited(self, unvisited: list[Candidate], best: Candidate, estimates: dict[int, Estimate]
-                        ) -> Candidate:
-        measured = [c for c in self._candidates if c.stats.measured]
-        if len(measured) == 1 and self.guess is not None:
-            settings = [c.stats.setting for c in self._candidates]
-            try:
-                g = self.guess(settings, estimates[best.index])
-            except Exception as exc:  # noqa: BLE001 - a failed guess only costs search order
-                logger.debug("tuner: no model guess (%s)", exc)
-                g = None
-            if g is not None and 0 <= g < len(self._candidates) and self._candidates[g].status == "unvisited":
-                return self._candidates[g]
-        # nearest to the best first; on a tie, the side where the cost went down towards the best
-        def direction(c: Candidate) -> int:
-            side = [o for o in measured if (o.index < best.index) == (c.index < best.index) and o is not best]
-            return 1 if side and min(estimates.get(o.index, estimates[best.index]).cost for o in side) > \
-                estimates[best.index].cost else 0
-
-        return min(unvisited, key=lambda c: (abs(c.index - best.index), direction(c), -c.index))
+        if self.options.ordered:
+            prune_below(self._candidates, index, reason)
 
     def _finish_dimension(self, best: Candidate, why: str) -> None:
         self.choice = best.stats.setting
@@ -602,7 +532,6 @@ class PowerTuner:
         self.current = setting
         self.phase = Phase.HOLD
         self.profiling_steps = self.steps
-        self._hold_blocks = []
         self._drift_strikes = 0
         logger.debug("tuner: holding %s (%s) after %d steps", setting.label, why, self.steps)
 
