@@ -67,6 +67,9 @@ def _train(rank: int, world_size: int, out: str, name: str, strategy: str, ckpt:
         session.step(opt)
         if session.step_count == stop:
             session.finish(error=RuntimeError("stopped as if killed"))
+            # tear down as dtpo's leave() does after a normal end (both ranks stop at this step): a rank whose
+            # group went first while the other was still in its async checkpoint's gather made that one abort
+            dist.barrier()
             dist.destroy_process_group()
             return
     weights = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
