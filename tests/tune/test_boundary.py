@@ -7,7 +7,15 @@ import math
 
 import pytest
 
-from dtpo.tune.boundary import allowed, boundary_fraction, boundary_pair, verdict_margin
+from dtpo.tune.boundary import (
+    allowed,
+    boundary_fraction,
+    boundary_pair,
+    placement_fraction,
+    realised_fraction,
+    verdict_margin,
+    with_chord,
+)
 from dtpo.tune.cost import Energy, MaxSlowdown
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Estimate, SettingStats
@@ -58,5 +66,44 @@ def test_the_pair_is_the_cheapest_sure_setting_and_the_likely_too_slow_one_below
                  for i, (w, t) in enumerate(zip(limits, times, strict=True))}
     j = Judgement(estimates, estimates[0], 2.0, cands[0])
     assert boundary_pair(MaxSlowdown(1.1), cands, j, 12) == (cands[2], cands[3])
-    # a bound that 175 W may well meet: no pair, the race measures 175 W first
+    # a bound that 175 W may well meet: no pair before both had a fair look (12 steps; none measured here), the race
+    # measures 175 W first
     assert boundary_pair(MaxSlowdown(1.145), cands, j, 12) is None
+    # after a fair look it is still unsure: a setting between hedges it (and 175 W stays in the race)
+    assert boundary_pair(MaxSlowdown(1.145), cands, j, 0) == (cands[2], cands[3])
+    # likewise when what is left of the budget pays for one placement only
+    assert boundary_pair(MaxSlowdown(1.145), cands, j, 12, closing=True) == (cands[2], cands[3])
+    # a bound 175 W surely meets: it is the cheapest sure setting, nothing below it to place towards
+    assert boundary_pair(MaxSlowdown(1.3), cands, j, 12) is None
+
+
+def test_the_chord_narrows_a_placed_settings_time_and_pools_by_inverse_variance() -> None:
+    fast, slow = _est(200.0, 1.00, 0.004), _est(175.0, 1.20, 0.004)
+    own = _est(190.0, 1.10, 0.01)
+    pooled = with_chord(own, fast, slow, 0.4)
+    chord_s, chord_se = 0.6 * 1.00 + 0.4 * 1.20, math.hypot(0.6 * 0.004, 0.4 * 0.004)
+    w_own, w_chord = 0.01 ** -2, chord_se ** -2
+    assert pooled.time_per_sample_s == pytest.approx((w_own * 1.10 + w_chord * chord_s) / (w_own + w_chord))
+    assert pooled.time_se == pytest.approx((w_own + w_chord) ** -0.5)
+    assert pooled.time_se < min(own.time_se, chord_se)
+    assert pooled.cost == own.cost and pooled.setting == own.setting  # only the time is pooled
+
+
+def test_the_realised_fraction_follows_the_knob_that_differs() -> None:
+    assert realised_fraction(GpuSetting(200.0), GpuSetting(175.0), GpuSetting(190.0)) == pytest.approx(0.4)
+    assert realised_fraction(GpuSetting(None, 1800), GpuSetting(None, 1600), GpuSetting(None, 1650)) \
+        == pytest.approx(0.75)
+    with pytest.raises(ValueError, match="between"):
+        realised_fraction(GpuSetting(200.0), GpuSetting(200.0), GpuSetting(190.0))
+
+
+def test_placement_counts_on_the_chord_and_goes_closer_to_the_bound_than_its_own_steps_allow() -> None:
+    ref, fast, slow = _est(300.0, 1.0, 0.005), _est(200.0, 1.05, 0.005), _est(175.0, 1.15, 0.005)
+    placed = placement_fraction(1.1, ref, fast, slow, 2.0, 0.03, 12, 0.1)
+    own_only = boundary_fraction(1.1, 1.05, 1.15, verdict_margin(2.0, 0.03, 1.1, 12, 1.1, 0.005), 0.1)
+    assert placed is not None and own_only is not None and placed > own_only
+    # the margin it used is the pooled one at the place it chose
+    chord_se = math.hypot((1 - placed) * 0.005, placed * 0.005)
+    margin = 1.1 - (1.05 + placed * 0.10)
+    assert margin >= verdict_margin(2.0, 0.03, 1.1, 12, 1.1, 0.005, chord_se) - 1e-9
+    assert placement_fraction(1.1, ref, fast, _est(175.0, 1.08, 0.005), 2.0, 0.03, 12, 0.1) is None

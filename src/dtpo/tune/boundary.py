@@ -11,22 +11,27 @@ the ten points that ``slowdown:1.1`` allows, and the energy they would save, unu
 settings the time changes smoothly, so the setting where it reaches the bound less a safety margin is placed
 by linear interpolation between the cheapest setting surely allowed (``fast``) and the next one down
 (``slow``, not surely allowed). Where time rises convexly as the limit falls, the chord over-estimates the
-time in between, which errs on the allowed side. The new setting is then measured like any candidate, and it
-becomes the choice only when its own measurement shows it surely allowed.
+time in between, which errs on the allowed side. The new setting is then measured like any candidate; its
+time is judged on its own steps pooled with that chord (:func:`with_chord`, a second estimate from steps
+already taken), and it becomes the choice once it is below the bound by the margin.
 
-The margin is the interval that verdict will have after the planned steps: ``z`` standard errors of the
-difference between the new setting's time and ``F`` times the default's.
+The margin is the interval that verdict will have after the planned steps: ``z`` standard errors (the tuner
+passes a share of its ``z``, ``TunerOptions.placed_z_share``) of the difference between the new setting's
+pooled time and ``F`` times the default's.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from dtpo.tune.cost import CostMetric, MaxSlowdown
+from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Estimate
 from dtpo.tune.tuner_types import Candidate, Judgement
 
-__all__ = ["allowed", "boundary_fraction", "boundary_pair", "verdict_margin"]
+__all__ = ["allowed", "boundary_fraction", "boundary_pair", "placement_fraction", "realised_fraction",
+           "verdict_margin", "with_chord"]
 
 
 def allowed(metric: CostMetric, est: Estimate, ref: Estimate | None, z: float) -> bool | None:
@@ -44,12 +49,15 @@ def allowed(metric: CostMetric, est: Estimate, ref: Estimate | None, z: float) -
     return None
 
 
-def boundary_pair(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement, looked_steps: int
-                  ) -> tuple[Candidate, Candidate] | None:
+def boundary_pair(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement, looked_steps: int,
+                  closing: bool = False) -> tuple[Candidate, Candidate] | None:
     """The two adjacent candidates (of an ordered knob) to place a setting between: the cheapest one surely
-    allowed, and the next one down, which must be cheaper and likely too slow: by a standard error, or at all once
-    both it and the default had ``looked_steps`` steps (one that may well be allowed is measured until the race
-    knows). ``None`` when there is no such pair."""
+    allowed, and the next one down, which must be cheaper and not surely allowed. Before both it and the default
+    had ``looked_steps`` steps it must also be likely too slow (by a standard error): a short look at a setting
+    that may well be allowed is not enough to give up on it. Once they have, or when the search is ``closing``
+    (what is left of the budget pays for one placement and little more), a setting near the bound that the race
+    cannot settle soon is hedged by a placed one: the race would need many steps where the two times are close.
+    ``None`` when there is no such pair."""
     if j.ref is None:
         return None
     sure = [c for c in candidates if c.status == "measured" and allowed(metric, j.estimates[c.index], j.ref, j.z)]
@@ -60,14 +68,16 @@ def boundary_pair(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement
     if slow is None or slow.index not in j.estimates or slow.status == "rejected" \
             or j.estimates[slow.index].cost >= j.estimates[fast.index].cost:
         return None
+    if allowed(metric, j.estimates[slow.index], j.ref, j.z) is True:
+        return None
     looked = min(slow.stats.steps, j.ref.steps) >= looked_steps
-    if allowed(metric, j.estimates[slow.index], j.ref, 0.0 if looked else 1.0) is not False:
+    if not (looked or closing) and allowed(metric, j.estimates[slow.index], j.ref, 1.0) is not False:
         return None
     return fast, slow
 
 
 def verdict_margin(z: float, time_cv: float, allowed_s: float, planned_steps: int, factor: float,
-                   reference_se_s: float) -> float:
+                   reference_se_s: float, chord_se_s: float = 0.0) -> float:
     """Seconds per sample to stay below the allowed time so that a setting measured for ``planned_steps`` steps
     near it comes out surely allowed.
 
@@ -80,6 +90,8 @@ def verdict_margin(z: float, time_cv: float, allowed_s: float, planned_steps: in
         reference_se_s: Standard error of the default's time per sample.
     """
     own_se = time_cv * allowed_s / math.sqrt(max(planned_steps, 1))
+    if chord_se_s > 0:
+        own_se = (own_se ** -2 + chord_se_s ** -2) ** -0.5
     return z * math.hypot(own_se, factor * reference_se_s)
 
 
@@ -97,3 +109,47 @@ def boundary_fraction(allowed_s: float, fast_s: float, slow_s: float, margin_s: 
         return None
     fraction = (target - fast_s) / (slow_s - fast_s)
     return fraction if min_fraction <= fraction < 1.0 else None
+
+
+def realised_fraction(fast: GpuSetting, slow: GpuSetting, placed: GpuSetting) -> float:
+    """How far ``placed`` lies from ``fast`` towards ``slow`` along the one knob they differ in (power limit or
+    SM clock): the fraction the :attr:`~dtpo.tune.knob.Knob.between` rounding actually gave."""
+    for field in ("power_limit_w", "sm_clock_mhz"):
+        a, b, x = getattr(fast, field), getattr(slow, field), getattr(placed, field)
+        if a is not None and b is not None and x is not None and a != b:
+            return (a - x) / (a - b)
+    raise ValueError(f"{placed.label} does not lie between {fast.label} and {slow.label}")
+
+
+def with_chord(own: Estimate, fast: Estimate, slow: Estimate, fraction: float) -> Estimate:
+    """A placed setting's time per sample, its own measurement pooled with the chord between its two neighbours.
+
+    The chord ``(1 - f) t_fast + f t_slow`` is a second, independent estimate of the same time; where time rises
+    convexly as the limit (or clock) falls it lies above the curve, so pooling errs on the allowed side only by
+    being pessimistic. The two are weighted by their inverse variances; the result's standard error is below
+    either's, which lets a setting placed near the bound be judged in fewer steps of its own.
+    """
+    chord_s = (1.0 - fraction) * fast.time_per_sample_s + fraction * slow.time_per_sample_s
+    chord_se = math.hypot((1.0 - fraction) * fast.time_se, fraction * slow.time_se)
+    if own.time_se <= 0 or chord_se <= 0:
+        return own
+    w_own, w_chord = own.time_se ** -2, chord_se ** -2
+    pooled_s = (w_own * own.time_per_sample_s + w_chord * chord_s) / (w_own + w_chord)
+    return replace(own, time_per_sample_s=pooled_s, time_se=(w_own + w_chord) ** -0.5)
+
+
+def placement_fraction(factor: float, ref: Estimate, fast: Estimate, slow: Estimate, z: float, time_cv: float,
+                       planned_steps: int, min_fraction: float) -> float | None:
+    """Where between ``fast`` and ``slow`` to place a setting (:func:`boundary_fraction`), with the margin its
+    verdict will need (:func:`verdict_margin`) once its own ``planned_steps`` are pooled with the chord between
+    the two (:func:`with_chord`); ``None`` where no placement is worth a visit."""
+    bound = factor * ref.time_per_sample_s
+    fraction = None
+    chord_se = 0.0
+    for _ in range(2):  # the chord's error depends on where the setting lies: place, then place again with it
+        margin = verdict_margin(z, time_cv, bound, planned_steps, factor, ref.time_se, chord_se)
+        fraction = boundary_fraction(bound, fast.time_per_sample_s, slow.time_per_sample_s, margin, min_fraction)
+        if fraction is None:
+            return None
+        chord_se = math.hypot((1.0 - fraction) * fast.time_se, fraction * slow.time_se)
+    return fraction

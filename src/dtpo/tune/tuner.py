@@ -36,9 +36,10 @@ floating) downwards:
    most for what it costs. Then the best estimate is held.
 5. Under ``MaxSlowdown``, on a knob that can name settings between its candidates, the race first moves the
    choice up to the allowed slowdown: a setting between the cheapest one surely allowed and the next one down
-   is placed where the time reaches the bound less a safety margin (:mod:`dtpo.tune.boundary`), and that next
-   one leaves the race. The new setting is measured like any other, and only a measurement that shows it
-   surely allowed makes it the choice.
+   (likely too slow, or still unsure after a fair look) is placed where the time reaches the bound less a
+   safety margin (:mod:`dtpo.tune.boundary`). The new setting is measured like any other; its time is pooled
+   with the chord between its two neighbours, and it becomes the choice once it is below the bound by that
+   margin. The next one down stays in the race, and is the choice if its own figures show it allowed.
 
 Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
 visit are compared with the visit's settled level, the time until they stay within the noise is that
@@ -54,7 +55,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dtpo.tune.allocation import Contender, cheapest_information, ocba_targets
-from dtpo.tune.boundary import allowed, boundary_fraction, boundary_pair, verdict_margin
+from dtpo.tune.boundary import allowed, boundary_pair, placement_fraction, realised_fraction, with_chord
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
 from dtpo.tune.knob import Knob, candidate_grid
 from dtpo.tune.ordered import next_unvisited, prune_below, steep_below
@@ -62,7 +63,7 @@ from dtpo.tune.report import profiling_cost, projected_saving, settings_rows
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
-from dtpo.tune.tuner_types import Candidate, Judgement, Phase, TunerOptions, Visit
+from dtpo.tune.tuner_types import Candidate, Chord, Judgement, Phase, TunerOptions, Visit
 
 __all__ = ["Candidate", "Phase", "PowerTuner", "TunerOptions"]
 
@@ -329,11 +330,13 @@ class PowerTuner:
 
     def _best(self, estimates: list[Estimate]) -> Estimate:
         """The cheapest allowed estimate; as in a search, a setting off the knobs' candidates (placed towards a
-        ``MaxSlowdown`` bound) must be surely allowed."""
+        ``MaxSlowdown`` bound) must be allowed with a margin (its own figures only: no chord, so a saved profile
+        errs towards the grid setting above it)."""
         ref = self._reference_estimate()
         z = t_quantile(self._noise().dof, self.options.z)
         grid = set(candidate_grid(self.dimensions, self.default))
-        feasible = [e for e in estimates if allowed(self.metric, e, ref, 0.0 if e.setting in grid else z)]
+        placed_z = self.options.placed_z_share * z
+        feasible = [e for e in estimates if allowed(self.metric, e, ref, 0.0 if e.setting in grid else placed_z)]
         return min(feasible or estimates, key=lambda e: e.cost)
 
     def _reference_estimate(self) -> Estimate | None:
@@ -353,6 +356,11 @@ class PowerTuner:
                                           self._estimates([c.stats for c in measured]), strict=True)),
                        ref=self._reference_estimate(), z=t_quantile(self._noise().dof, self.options.z),
                        reference=next((c for c in cands if c.stats is self._reference), None))
+        for c in measured:  # a placed setting's time is pooled with the chord between its neighbours
+            chord = c.chord
+            if chord is not None and chord.fast.index in j.estimates and chord.slow.index in j.estimates:
+                j.estimates[c.index] = with_chord(j.estimates[c.index], j.estimates[chord.fast.index],
+                                                  j.estimates[chord.slow.index], chord.fraction)
         for c in cands:  # a drop holds only while the evidence does: judge again against today's figures
             if c.status in ("dropped", "infeasible"):
                 c.status, c.reason = "measured", ""
@@ -362,9 +370,10 @@ class PowerTuner:
             assert j.reference is not None
             j.reference.status = "measured"
             live = [j.reference]
-        # a setting placed at the bound on purpose may be the choice only once it is surely allowed
+        # a setting placed near the bound on purpose may be the choice only with a margin (TunerOptions.placed_z_share)
+        placed_z = self.options.placed_z_share * j.z
         feasible = [c for c in live
-                    if allowed(self.metric, j.estimates[c.index], j.ref, j.z if c.interpolated else 0.0)]
+                    if allowed(self.metric, j.estimates[c.index], j.ref, placed_z if c.interpolated else 0.0)]
         best = min(feasible or live, key=lambda c: j.estimates[c.index].cost)
         self._drop_costlier(j, live, best)
         if self._spent >= self._budget:
@@ -449,32 +458,34 @@ class PowerTuner:
 
     def _toward_bound(self, j: Judgement, best: Candidate) -> bool:
         """``MaxSlowdown``: visit a setting between the cheapest one surely allowed and the next one down (when that
-        one is cheaper and likely too slow), where the time reaches the bound less the margin its verdict will
-        need (:mod:`dtpo.tune.boundary`); that next one leaves the race. Returns whether a visit began."""
+        one is cheaper and not surely allowed: see :func:`~dtpo.tune.boundary.boundary_pair`), where the time
+        reaches the bound less the margin its verdict will need (:mod:`dtpo.tune.boundary`). The next one down
+        stays in the race: if its own figures show it allowed after all, it is the cheaper choice. Returns
+        whether a visit began."""
         between = self.betweens[self._dimension]
         planned = self.options.first_visit_steps + self.options.revisit_steps
         if self._boundary_left <= 0 or between is None or not self.options.ordered or j.ref is None \
                 or not isinstance(self.metric, MaxSlowdown):
             return False
-        pair = boundary_pair(self.metric, self._candidates, j, planned)
+        left = self._budget - self._spent - self._warmup_steps()
+        closing = left < planned + self.options.revisit_steps
+        pair = boundary_pair(self.metric, self._candidates, j, planned, closing)
         if pair is None:
             return False
         fast, slow = pair
-        bound = self.metric.factor * j.ref.time_per_sample_s
-        margin = verdict_margin(j.z, self._noise().time_cv, bound, planned, self.metric.factor, j.ref.time_se)
-        fraction = boundary_fraction(bound, j.estimates[fast.index].time_per_sample_s,
-                                     j.estimates[slow.index].time_per_sample_s, margin,
-                                     self.options.min_boundary_fraction)
+        z_placed = self.options.placed_z_share * j.z
+        fraction = placement_fraction(self.metric.factor, j.ref, j.estimates[fast.index], j.estimates[slow.index],
+                                      z_placed, self._noise().time_cv, planned, self.options.min_boundary_fraction)
         setting = None if fraction is None else between(fast.stats.setting, slow.stats.setting, fraction)
-        if setting is None or self._budget - self._spent - self._warmup_steps() < planned:
+        if setting is None or left < planned:
             return False
-        placed = Candidate(fast.index + 1, self._stats_of(setting), interpolated=True,
+        placed = Candidate(fast.index + 1, self._stats_of(setting),
+                           chord=Chord(fast, slow, realised_fraction(fast.stats.setting, slow.stats.setting, setting)),
                            reason=f"between {fast.stats.setting.label} and {slow.stats.setting.label}, "
                                   "towards the allowed slowdown")
         self._candidates.insert(placed.index, placed)
         for i, c in enumerate(self._candidates):
             c.index = i
-        slow.status, slow.reason = "pruned", f"beyond the allowed slowdown: {setting.label} is measured instead"
         self._boundary_left -= 1
         self.history.append(f"{setting.label}: {placed.reason}")
         self._revisit(placed, planned, best)

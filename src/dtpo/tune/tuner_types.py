@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from dtpo.tune.stats import Block, Estimate, SettingStats
 
-__all__ = ["Candidate", "Judgement", "Phase", "TunerOptions", "Visit"]
+__all__ = ["Candidate", "Chord", "Judgement", "Phase", "TunerOptions", "Visit"]
 
 
 class Phase(enum.Enum):
@@ -60,6 +60,12 @@ class TunerOptions:
         min_boundary_fraction: A setting between two candidates is visited only when it lies at least this
             share of the way from the allowed one to the next one down (closer, it saves too little to pay for
             its steps).
+        placed_z_share: A setting placed towards the ``MaxSlowdown`` bound becomes the choice once its time is
+            below the bound by this share of ``z`` standard errors (and it is placed with that margin). A grid
+            setting is judged on its estimate alone; a placed one sits near the bound by design, so it needs some
+            margin, but the full ``z`` would keep it so far from the bound that it saves little. Half of ``z``
+            (about one standard error) holds a setting past the bound about as often as Zeus's own 40-step
+            comparison does (``benchmarks/tuner_vs_zeus.py``).
     """
 
     wait_steps: int = 2
@@ -82,6 +88,7 @@ class TunerOptions:
     ordered: bool = True
     boundary_points: int = 2
     min_boundary_fraction: float = 0.1
+    placed_z_share: float = 0.5
 
 
 @dataclass
@@ -92,7 +99,21 @@ class Candidate:
     stats: SettingStats
     status: str = "unvisited"  # unvisited, measured, dropped (clearly worse), infeasible, pruned, rejected, chosen
     reason: str = ""
-    interpolated: bool = False  # placed between two candidates towards a MaxSlowdown bound (dtpo.tune.boundary)
+    chord: Chord | None = None  # placed between two candidates towards a MaxSlowdown bound (dtpo.tune.boundary)
+
+    @property
+    def interpolated(self) -> bool:
+        """True for a setting placed between two candidates (see :mod:`dtpo.tune.boundary`)."""
+        return self.chord is not None
+
+
+@dataclass(frozen=True)
+class Chord:
+    """Where a placed setting lies: ``fraction`` of the way from candidate ``fast`` to candidate ``slow``."""
+
+    fast: Candidate
+    slow: Candidate
+    fraction: float
 
 
 @dataclass
