@@ -77,7 +77,7 @@ def test_the_pair_is_the_cheapest_sure_setting_and_the_likely_too_slow_one_below
     assert boundary_pair(MaxSlowdown(1.3), cands, j, 12) is None
 
 
-def test_the_chord_narrows_a_placed_settings_time_and_pools_by_inverse_variance() -> None:
+def test_the_chord_narrows_a_placed_settings_time_and_cost_pooled_by_inverse_variance() -> None:
     fast, slow = _est(200.0, 1.00, 0.004), _est(175.0, 1.20, 0.004)
     own = _est(190.0, 1.10, 0.01)
     pooled = with_chord(own, fast, slow, 0.4)
@@ -86,7 +86,9 @@ def test_the_chord_narrows_a_placed_settings_time_and_pools_by_inverse_variance(
     assert pooled.time_per_sample_s == pytest.approx((w_own * 1.10 + w_chord * chord_s) / (w_own + w_chord))
     assert pooled.time_se == pytest.approx((w_own + w_chord) ** -0.5)
     assert pooled.time_se < min(own.time_se, chord_se)
-    assert pooled.cost == own.cost and pooled.setting == own.setting  # only the time is pooled
+    # the cost is pooled the same way (``_est`` gives cost = time): a watt above ``slow`` ranks near it
+    assert pooled.cost == pytest.approx(pooled.time_per_sample_s) and pooled.cost_se == pytest.approx(pooled.time_se)
+    assert pooled.setting == own.setting and pooled.energy_per_sample_j == own.energy_per_sample_j
 
 
 def test_the_realised_fraction_follows_the_knob_that_differs() -> None:

@@ -122,20 +122,30 @@ def realised_fraction(fast: GpuSetting, slow: GpuSetting, placed: GpuSetting) ->
 
 
 def with_chord(own: Estimate, fast: Estimate, slow: Estimate, fraction: float) -> Estimate:
-    """A placed setting's time per sample, its own measurement pooled with the chord between its two neighbours.
+    """A placed setting's time and cost per sample, its own measurements pooled with the chord between its two
+    neighbours.
 
     The chord ``(1 - f) t_fast + f t_slow`` is a second, independent estimate of the same time; where time rises
     convexly as the limit (or clock) falls it lies above the curve, so pooling errs on the allowed side only by
     being pessimistic. The two are weighted by their inverse variances; the result's standard error is below
-    either's, which lets a setting placed near the bound be judged in fewer steps of its own.
+    either's, which lets a setting placed near the bound be judged in fewer steps of its own. The cost is pooled
+    the same way, so a setting placed a watt above ``slow`` is not ranked below it on a few noisy steps.
     """
-    chord_s = (1.0 - fraction) * fast.time_per_sample_s + fraction * slow.time_per_sample_s
-    chord_se = math.hypot((1.0 - fraction) * fast.time_se, fraction * slow.time_se)
-    if own.time_se <= 0 or chord_se <= 0:
-        return own
-    w_own, w_chord = own.time_se ** -2, chord_se ** -2
-    pooled_s = (w_own * own.time_per_sample_s + w_chord * chord_s) / (w_own + w_chord)
-    return replace(own, time_per_sample_s=pooled_s, time_se=(w_own + w_chord) ** -0.5)
+    time_s, time_se = _pooled(own.time_per_sample_s, own.time_se, fast.time_per_sample_s, fast.time_se,
+                              slow.time_per_sample_s, slow.time_se, fraction)
+    cost, cost_se = _pooled(own.cost, own.cost_se, fast.cost, fast.cost_se, slow.cost, slow.cost_se, fraction)
+    return replace(own, time_per_sample_s=time_s, time_se=time_se, cost=cost, cost_se=cost_se)
+
+
+def _pooled(own: float, own_se: float, fast: float, fast_se: float, slow: float, slow_se: float,
+            fraction: float) -> tuple[float, float]:
+    """``own`` pooled with the chord ``(1 - f) fast + f slow`` by inverse variances, and its standard error."""
+    chord = (1.0 - fraction) * fast + fraction * slow
+    chord_se = math.hypot((1.0 - fraction) * fast_se, fraction * slow_se)
+    if own_se <= 0 or chord_se <= 0:
+        return own, own_se
+    w_own, w_chord = own_se ** -2, chord_se ** -2
+    return (w_own * own + w_chord * chord) / (w_own + w_chord), (w_own + w_chord) ** -0.5
 
 
 def placement_fraction(factor: float, ref: Estimate, fast: Estimate, slow: Estimate, z: float, time_cv: float,

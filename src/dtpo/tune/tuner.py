@@ -433,7 +433,7 @@ class PowerTuner:
         unsure = [c for c in live if (c is best or j.estimates[c.index].cost < b.cost)
                   and allowed(self.metric, j.estimates[c.index], j.ref, z) is None]
         if unsure and j.reference is not None:
-            self._measure_time(j, min(unsure, key=lambda c: j.estimates[c.index].cost), best)
+            self._measure_time(j, self._most_telling(j, unsure), best)
             return
         if not pending:
             self._finish_dimension(best, "best within tolerance of every survivor")
@@ -490,6 +490,19 @@ class PowerTuner:
         self.history.append(f"{setting.label}: {placed.reason}")
         self._revisit(placed, planned, best)
         return True
+
+    def _most_telling(self, j: Judgement, unsure: list[Candidate]) -> Candidate:
+        """Of the settings whose ``MaxSlowdown`` verdict is open, the one to settle first: the cheapest, unless it
+        already had a fair look and a setting between can still hedge it. A setting that stays unsure after a
+        fair look lies near the bound and would take many more steps; the one above it is settled first, so a
+        setting can be placed between the two (:meth:`_toward_bound`)."""
+        planned = self.options.first_visit_steps + self.options.revisit_steps
+        cheapest = min(unsure, key=lambda c: j.estimates[c.index].cost)
+        if self._boundary_left <= 0 or self.betweens[self._dimension] is None or not self.options.ordered:
+            return cheapest
+        assert j.ref is not None
+        fresh = [c for c in unsure if min(c.stats.steps, j.ref.steps) < planned]
+        return min(fresh, key=lambda c: j.estimates[c.index].cost) if fresh else cheapest
 
     def _measure_time(self, j: Judgement, unsure: Candidate, best: Candidate) -> None:
         """``MaxSlowdown``: one more visit to ``unsure`` or to the default, whichever narrows the interval of
