@@ -11,14 +11,16 @@ from dtpo.tune.boundary import (
     allowed,
     boundary_fraction,
     boundary_pair,
+    first_to_settle,
     placement_fraction,
     realised_fraction,
+    rule_out_too_slow,
     verdict_margin,
     with_chord,
 )
 from dtpo.tune.cost import Energy, MaxSlowdown
 from dtpo.tune.setting import GpuSetting
-from dtpo.tune.stats import Estimate, SettingStats
+from dtpo.tune.stats import Block, Estimate, SettingStats
 from dtpo.tune.tuner_types import Candidate, Judgement
 
 
@@ -109,3 +111,29 @@ def test_placement_counts_on_the_chord_and_goes_closer_to_the_bound_than_its_own
     margin = 1.1 - (1.05 + placed * 0.10)
     assert margin >= verdict_margin(2.0, 0.03, 1.1, 12, 1.1, 0.005, chord_se) - 1e-9
     assert placement_fraction(1.1, ref, fast, _est(175.0, 1.08, 0.005), 2.0, 0.03, 12, 0.1) is None
+
+
+def _judged(times: list[float], steps: int) -> tuple[list[Candidate], Judgement]:
+    """Candidates at 300, 250, 200 and 175 W with ``times`` (the default's 1.0), ``steps`` measured each."""
+    limits = [300.0, 250.0, 200.0, 175.0]
+    cands = [Candidate(i, SettingStats(GpuSetting(w), [Block(steps, steps, t * steps, 1.0)]), "measured")
+             for i, (w, t) in enumerate(zip(limits, times, strict=True))]
+    estimates = {i: Estimate(GpuSetting(w), steps, 1.0 - 0.05 * i, 0.001, t, 0.005, 1.0 - 0.05 * i)
+                 for i, (w, t) in enumerate(zip(limits, times, strict=True))}
+    return cands, Judgement(estimates, estimates[0], 2.0, cands[0])
+
+
+def test_clearly_too_slow_settings_go_and_the_far_too_slow_are_named_for_pruning_below() -> None:
+    cands, j = _judged([1.0, 1.05, 1.13, 1.25], 12)
+    far = rule_out_too_slow(MaxSlowdown(1.1), cands, j)
+    assert [c.status for c in cands] == ["measured", "measured", "infeasible", "infeasible"]
+    assert far == [cands[3]]  # 1.25 > 1.05 x 1.1; 1.13 is too slow but not far too slow
+
+
+def test_the_setting_settled_first_is_one_not_yet_looked_at_while_a_placement_can_still_hedge() -> None:
+    cands, j = _judged([1.0, 1.05, 1.09, 1.10], 12)
+    cands[2].stats.blocks = [Block(4, 4, 4.36, 1.0)]  # 200 W: 4 steps only
+    unsure = [cands[2], cands[3]]
+    assert first_to_settle(unsure, j.estimates, 12, 12, can_place=True) is cands[2]
+    assert first_to_settle(unsure, j.estimates, 12, 12, can_place=False) is cands[3]  # the cheapest
+    assert first_to_settle(unsure, j.estimates, 4, 12, can_place=True) is cands[3]  # nothing had a fair look yet

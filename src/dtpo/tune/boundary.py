@@ -25,13 +25,18 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from dtpo.tune.allocation import cheapest_information
 from dtpo.tune.cost import CostMetric, MaxSlowdown
+from dtpo.tune.knob import Between
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Estimate
-from dtpo.tune.tuner_types import Candidate, Judgement
+from dtpo.tune.tuner_types import Candidate, Chord, Judgement
 
-__all__ = ["allowed", "boundary_fraction", "boundary_pair", "placement_fraction", "realised_fraction",
-           "verdict_margin", "with_chord"]
+__all__ = ["allowed", "boundary_fraction", "boundary_pair", "first_to_settle", "place_between", "placement_fraction",
+           "pool_with_chords", "realised_fraction", "rule_out_too_slow", "time_information", "verdict_margin",
+           "with_chord"]
+
+FAR_TOO_SLOW = 1.05  # times the bound: below a setting this slow, nothing is worth a visit
 
 
 def allowed(metric: CostMetric, est: Estimate, ref: Estimate | None, z: float) -> bool | None:
@@ -47,6 +52,31 @@ def allowed(metric: CostMetric, est: Estimate, ref: Estimate | None, z: float) -
     if est.time_per_sample_s + spread <= bound:
         return True
     return None
+
+
+def rule_out_too_slow(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement) -> list[Candidate]:
+    """Mark the measured settings clearly too slow ``infeasible``; returns those of them far too slow
+    (``FAR_TOO_SLOW`` times the bound), below which every setting is slower still."""
+    far = []
+    for c in candidates:
+        if c.status != "measured" or j.ref is None or allowed(metric, j.estimates[c.index], j.ref, j.z) is not False:
+            continue
+        c.status, c.reason = "infeasible", "slower than the allowed slowdown"
+        if j.estimates[c.index].time_per_sample_s > FAR_TOO_SLOW * metric.factor * j.ref.time_per_sample_s:
+            far.append(c)
+    return far
+
+
+def time_information(metric: MaxSlowdown, j: Judgement, pair: list[Candidate], best_cost: float,
+                     min_step_cost: float) -> dict[int, float]:
+    """How much a step at each of ``pair`` (an unsure setting and the default) narrows the interval of their time
+    difference, per unit of what it costs above the best (:func:`~dtpo.tune.allocation.cheapest_information`)."""
+    assert j.reference is not None
+    factor = {c.index: metric.factor if c is j.reference else 1.0 for c in pair}
+    variances = {c.index: (factor[c.index] * j.estimates[c.index].time_se) ** 2 for c in pair}
+    steps = {c.index: c.stats.steps for c in pair}
+    costs = {c.index: j.estimates[c.index].cost - best_cost for c in pair}
+    return cheapest_information(variances, steps, costs, min_step_cost * abs(best_cost))
 
 
 def boundary_pair(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement, looked_steps: int,
@@ -91,7 +121,7 @@ def verdict_margin(z: float, time_cv: float, allowed_s: float, planned_steps: in
     """
     own_se = time_cv * allowed_s / math.sqrt(max(planned_steps, 1))
     if chord_se_s > 0:
-        own_se = (own_se ** -2 + chord_se_s ** -2) ** -0.5
+        own_se = _inverse_variance(own_se, chord_se_s)
     return z * math.hypot(own_se, factor * reference_se_s)
 
 
@@ -141,11 +171,21 @@ def _pooled(own: float, own_se: float, fast: float, fast_se: float, slow: float,
             fraction: float) -> tuple[float, float]:
     """``own`` pooled with the chord ``(1 - f) fast + f slow`` by inverse variances, and its standard error."""
     chord = (1.0 - fraction) * fast + fraction * slow
-    chord_se = math.hypot((1.0 - fraction) * fast_se, fraction * slow_se)
+    chord_se = _chord_se(fast_se, slow_se, fraction)
     if own_se <= 0 or chord_se <= 0:
         return own, own_se
     w_own, w_chord = own_se ** -2, chord_se ** -2
-    return (w_own * own + w_chord * chord) / (w_own + w_chord), (w_own + w_chord) ** -0.5
+    return (w_own * own + w_chord * chord) / (w_own + w_chord), _inverse_variance(own_se, chord_se)
+
+
+def _chord_se(fast_se: float, slow_se: float, fraction: float) -> float:
+    """Standard error of the chord ``(1 - f) fast + f slow``."""
+    return math.hypot((1.0 - fraction) * fast_se, fraction * slow_se)
+
+
+def _inverse_variance(a_se: float, b_se: float) -> float:
+    """Standard error of two independent estimates pooled by their inverse variances."""
+    return (a_se ** -2 + b_se ** -2) ** -0.5
 
 
 def placement_fraction(factor: float, ref: Estimate, fast: Estimate, slow: Estimate, z: float, time_cv: float,
@@ -161,5 +201,45 @@ def placement_fraction(factor: float, ref: Estimate, fast: Estimate, slow: Estim
         fraction = boundary_fraction(bound, fast.time_per_sample_s, slow.time_per_sample_s, margin, min_fraction)
         if fraction is None:
             return None
-        chord_se = math.hypot((1.0 - fraction) * fast.time_se, fraction * slow.time_se)
+        chord_se = _chord_se(fast.time_se, slow.time_se, fraction)
     return fraction
+
+
+def place_between(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement, between: Between, z: float,
+                  time_cv: float, planned_steps: int, closing: bool, min_fraction: float
+                  ) -> tuple[GpuSetting, Chord] | None:
+    """The setting to place between the pair :func:`boundary_pair` names, where :func:`placement_fraction` puts
+    it and ``between`` (the knob's) can name it, with its :class:`Chord`; ``None`` when there is none."""
+    pair = boundary_pair(metric, candidates, j, planned_steps, closing)
+    if pair is None or j.ref is None:
+        return None
+    fast, slow = pair
+    fraction = placement_fraction(metric.factor, j.ref, j.estimates[fast.index], j.estimates[slow.index], z,
+                                  time_cv, planned_steps, min_fraction)
+    setting = None if fraction is None else between(fast.stats.setting, slow.stats.setting, fraction)
+    if setting is None:
+        return None
+    return setting, Chord(fast, slow, realised_fraction(fast.stats.setting, slow.stats.setting, setting))
+
+
+def pool_with_chords(candidates: list[Candidate], estimates: dict[int, Estimate]) -> None:
+    """Replace, in ``estimates``, each placed setting's figures by them pooled with its chord (:func:`with_chord`),
+    where both of its neighbours are measured."""
+    for c in candidates:
+        chord = c.chord
+        if chord is not None and {c.index, chord.fast.index, chord.slow.index} <= estimates.keys():
+            estimates[c.index] = with_chord(estimates[c.index], estimates[chord.fast.index],
+                                            estimates[chord.slow.index], chord.fraction)
+
+
+def first_to_settle(unsure: list[Candidate], estimates: dict[int, Estimate], reference_steps: int,
+                    looked_steps: int, can_place: bool) -> Candidate:
+    """Of the settings whose ``MaxSlowdown`` verdict is open, the one to settle first: the cheapest, unless it
+    already had a fair look (``looked_steps`` on it and on the default) and a setting between can still hedge
+    it. A setting that stays unsure after a fair look lies near the bound and would take many more steps; one
+    not looked at yet (the one above it) is settled first, so a setting can be placed between the two."""
+    def cost(c: Candidate) -> float:
+        return estimates[c.index].cost
+
+    fresh = [c for c in unsure if min(c.stats.steps, reference_steps) < looked_steps] if can_place else []
+    return min(fresh or unsure, key=cost)

@@ -35,11 +35,7 @@ floating) downwards:
    slow, its time and the default's are measured instead, each step going where it narrows their comparison
    most for what it costs. Then the best estimate is held.
 5. Under ``MaxSlowdown``, on a knob that can name settings between its candidates, the race first moves the
-   choice up to the allowed slowdown: a setting between the cheapest one surely allowed and the next one down
-   (likely too slow, or still unsure after a fair look) is placed where the time reaches the bound less a
-   safety margin (:mod:`dtpo.tune.boundary`). The new setting is measured like any other; its time is pooled
-   with the chord between its two neighbours, and it becomes the choice once it is below the bound by that
-   margin. The next one down stays in the race, and is the choice if its own figures show it allowed.
+   choice up to the allowed slowdown with a setting placed between two candidates (:mod:`dtpo.tune.boundary`).
 
 Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
 visit are compared with the visit's settled level, the time until they stay within the noise is that
@@ -54,8 +50,15 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dtpo.tune.allocation import Contender, cheapest_information, ocba_targets
-from dtpo.tune.boundary import allowed, boundary_pair, placement_fraction, realised_fraction, with_chord
+from dtpo.tune.allocation import Contender, ocba_targets
+from dtpo.tune.boundary import (
+    allowed,
+    first_to_settle,
+    place_between,
+    pool_with_chords,
+    rule_out_too_slow,
+    time_information,
+)
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
 from dtpo.tune.knob import Knob, candidate_grid
 from dtpo.tune.ordered import next_unvisited, prune_below, steep_below
@@ -63,7 +66,7 @@ from dtpo.tune.report import profiling_cost, projected_saving, settings_rows
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
-from dtpo.tune.tuner_types import Candidate, Chord, Judgement, Phase, TunerOptions, Visit
+from dtpo.tune.tuner_types import Candidate, Judgement, Phase, TunerOptions, Visit
 
 __all__ = ["Candidate", "Phase", "PowerTuner", "TunerOptions"]
 
@@ -120,6 +123,7 @@ class PowerTuner:
         self._spent = 0
         self._drift_strikes = 0
         self._boundary_left = 0
+        self._fair_look = self.options.first_visit_steps + self.options.revisit_steps  # a first visit and a revisit
 
     # -- what the caller asks ------------------------------------------------------------------------------
 
@@ -356,15 +360,13 @@ class PowerTuner:
                                           self._estimates([c.stats for c in measured]), strict=True)),
                        ref=self._reference_estimate(), z=t_quantile(self._noise().dof, self.options.z),
                        reference=next((c for c in cands if c.stats is self._reference), None))
-        for c in measured:  # a placed setting's time is pooled with the chord between its neighbours
-            chord = c.chord
-            if chord is not None and chord.fast.index in j.estimates and chord.slow.index in j.estimates:
-                j.estimates[c.index] = with_chord(j.estimates[c.index], j.estimates[chord.fast.index],
-                                                  j.estimates[chord.slow.index], chord.fraction)
+        pool_with_chords(measured, j.estimates)  # a placed setting's figures count its neighbours' chord
         for c in cands:  # a drop holds only while the evidence does: judge again against today's figures
             if c.status in ("dropped", "infeasible"):
                 c.status, c.reason = "measured", ""
-        self._rule_out_too_slow(j)
+        if isinstance(self.metric, MaxSlowdown):  # clearly too slow goes, and all below one far too slow
+            for c in rule_out_too_slow(self.metric, self._candidates, j):
+                self._prune_below(c.index, "below a setting far slower than allowed")
         live = [c for c in cands if c.status == "measured"]
         if not live:  # everything measured is too slow: the default is always allowed
             assert j.reference is not None
@@ -385,16 +387,6 @@ class PowerTuner:
             self._revisit(nxt, self.options.first_visit_steps, best)
             return
         self._race(j, [c for c in cands if c.status == "measured"], best)
-
-    def _rule_out_too_slow(self, j: Judgement) -> None:
-        """``MaxSlowdown``: settings clearly too slow go, and every lower one with a setting far too slow."""
-        for c in self._candidates:
-            if c.status != "measured" or allowed(self.metric, j.estimates[c.index], j.ref, j.z) is not False:
-                continue
-            c.status, c.reason = "infeasible", "slower than the allowed slowdown"
-            assert isinstance(self.metric, MaxSlowdown) and j.ref is not None
-            if j.estimates[c.index].time_per_sample_s > 1.05 * self.metric.factor * j.ref.time_per_sample_s:
-                self._prune_below(c.index, "below a setting far slower than allowed")
 
     def _drop_costlier(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
         """Drop what is clearly costlier than the cheapest setting that is surely allowed; where cost and time
@@ -433,7 +425,9 @@ class PowerTuner:
         unsure = [c for c in live if (c is best or j.estimates[c.index].cost < b.cost)
                   and allowed(self.metric, j.estimates[c.index], j.ref, z) is None]
         if unsure and j.reference is not None:
-            self._measure_time(j, self._most_telling(j, unsure), best)
+            assert j.ref is not None
+            self._measure_time(j, first_to_settle(unsure, j.estimates, j.ref.steps, self._fair_look,
+                                                  self._can_place()), best)
             return
         if not pending:
             self._finish_dimension(best, "best within tolerance of every survivor")
@@ -456,32 +450,32 @@ class PowerTuner:
         self._revisit(pick, min(max(self.options.revisit_steps, math.ceil(deficit[pick.index])),
                                 2 * self.options.revisit_steps), best)
 
+    def _can_place(self) -> bool:
+        """Whether this search may still place a setting between two candidates (:mod:`dtpo.tune.boundary`)."""
+        return (isinstance(self.metric, MaxSlowdown) and self.options.ordered and self._boundary_left > 0
+                and self.betweens[self._dimension] is not None)
+
     def _toward_bound(self, j: Judgement, best: Candidate) -> bool:
         """``MaxSlowdown``: visit a setting between the cheapest one surely allowed and the next one down (when that
         one is cheaper and not surely allowed: see :func:`~dtpo.tune.boundary.boundary_pair`), where the time
         reaches the bound less the margin its verdict will need (:mod:`dtpo.tune.boundary`). The next one down
         stays in the race: if its own figures show it allowed after all, it is the cheaper choice. Returns
         whether a visit began."""
-        between = self.betweens[self._dimension]
-        planned = self.options.first_visit_steps + self.options.revisit_steps
-        if self._boundary_left <= 0 or between is None or not self.options.ordered or j.ref is None \
-                or not isinstance(self.metric, MaxSlowdown):
-            return False
+        planned = self._fair_look
         left = self._budget - self._spent - self._warmup_steps()
-        closing = left < planned + self.options.revisit_steps
-        pair = boundary_pair(self.metric, self._candidates, j, planned, closing)
-        if pair is None:
+        if not self._can_place() or j.ref is None or left < planned:
             return False
-        fast, slow = pair
-        z_placed = self.options.placed_z_share * j.z
-        fraction = placement_fraction(self.metric.factor, j.ref, j.estimates[fast.index], j.estimates[slow.index],
-                                      z_placed, self._noise().time_cv, planned, self.options.min_boundary_fraction)
-        setting = None if fraction is None else between(fast.stats.setting, slow.stats.setting, fraction)
-        if setting is None or left < planned:
+        assert isinstance(self.metric, MaxSlowdown)
+        between = self.betweens[self._dimension]
+        assert between is not None
+        placement = place_between(self.metric, self._candidates, j, between, self.options.placed_z_share * j.z,
+                                  self._noise().time_cv, planned, left < planned + self.options.revisit_steps,
+                                  self.options.min_boundary_fraction)
+        if placement is None:
             return False
-        placed = Candidate(fast.index + 1, self._stats_of(setting),
-                           chord=Chord(fast, slow, realised_fraction(fast.stats.setting, slow.stats.setting, setting)),
-                           reason=f"between {fast.stats.setting.label} and {slow.stats.setting.label}, "
+        setting, chord = placement
+        placed = Candidate(chord.fast.index + 1, self._stats_of(setting), chord=chord,
+                           reason=f"between {chord.fast.stats.setting.label} and {chord.slow.stats.setting.label}, "
                                   "towards the allowed slowdown")
         self._candidates.insert(placed.index, placed)
         for i, c in enumerate(self._candidates):
@@ -491,31 +485,12 @@ class PowerTuner:
         self._revisit(placed, planned, best)
         return True
 
-    def _most_telling(self, j: Judgement, unsure: list[Candidate]) -> Candidate:
-        """Of the settings whose ``MaxSlowdown`` verdict is open, the one to settle first: the cheapest, unless it
-        already had a fair look and a setting between can still hedge it. A setting that stays unsure after a
-        fair look lies near the bound and would take many more steps; the one above it is settled first, so a
-        setting can be placed between the two (:meth:`_toward_bound`)."""
-        planned = self.options.first_visit_steps + self.options.revisit_steps
-        cheapest = min(unsure, key=lambda c: j.estimates[c.index].cost)
-        if self._boundary_left <= 0 or self.betweens[self._dimension] is None or not self.options.ordered:
-            return cheapest
-        assert j.ref is not None
-        fresh = [c for c in unsure if min(c.stats.steps, j.ref.steps) < planned]
-        return min(fresh, key=lambda c: j.estimates[c.index].cost) if fresh else cheapest
-
     def _measure_time(self, j: Judgement, unsure: Candidate, best: Candidate) -> None:
         """``MaxSlowdown``: one more visit to ``unsure`` or to the default, whichever narrows the interval of
         their time difference most per unit of cost (a step at the expensive default costs the most)."""
         assert j.reference is not None and isinstance(self.metric, MaxSlowdown)
         pair = [unsure] if unsure is j.reference else [unsure, j.reference]
-        b = j.estimates[best.index].cost
-        factor = {unsure.index: 1.0, j.reference.index: self.metric.factor}
-        variances = {c.index: (factor[c.index] * j.estimates[c.index].time_se) ** 2 for c in pair}
-        steps = {c.index: c.stats.steps for c in pair}
-        costs = {c.index: j.estimates[c.index].cost - b for c in pair}
-        floor = self.options.min_step_cost * abs(b)
-        value = cheapest_information(variances, steps, costs, floor)
+        value = time_information(self.metric, j, pair, j.estimates[best.index].cost, self.options.min_step_cost)
         pick = self._stay_if_nearly(pair, value, 0.8)
         self._revisit(pick, self.options.revisit_steps, best)
 
