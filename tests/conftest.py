@@ -27,26 +27,11 @@ def _rank_main(rank: int, fn: Callable[..., Any], world_size: int, port: int, ar
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
     import torch
 
+    from dtpo.dist.worker_exit import exit_now
+
     torch.set_num_threads(1)
     fn(rank, world_size, *args)
-    _exit_without_teardown()
-
-
-def _exit_without_teardown() -> None:
-    """End a rank that returned normally without the interpreter's teardown.
-
-    About one 2-rank gloo run in a few hundred aborted (SIGABRT, "terminate called without an active exception")
-    after ``fn`` had returned and its process group was destroyed: the main thread was in no Python frame, so the
-    abort is in torch's C++ teardown at interpreter exit, not in the code under test. A test checks what ``fn``
-    did (an exception in it still reaches ``mp.spawn`` as before); skipping teardown keeps that failure of
-    torch's from failing a test at random.
-    """
-    import logging
-
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_now(0)  # as dtpo's own workers end: see dtpo.dist.worker_exit
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any) -> None:

@@ -110,4 +110,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 
 if __name__ == "__main__":
-    main()
+    from dtpo.dist.worker_exit import run_then_exit
+
+    run_then_exit(main)
