@@ -193,4 +193,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from dtpo.dist.worker_exit import run_then_exit
+
+    run_then_exit(lambda: sys.exit(main()))
