@@ -13,6 +13,7 @@ from dtpo.dist.worker_exit import exit_code
 
 WORKER = """
 import atexit, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from dtpo.dist.worker_exit import run_then_exit
 
@@ -25,6 +26,9 @@ def late_writer():
 def main():
     atexit.register(lambda: (out / "atexit.txt").write_text("ran"))
     threading.Thread(target=late_writer).start()
+    executor = ThreadPoolExecutor(2)  # never shut down: its idle workers must not hold the exit up
+    executor.submit(lambda: (out / "task.txt").write_text("done")).result()
+    main.executor = executor
     sys.stdout.write("no newline, still buffered")
     how = sys.argv[2]
     if how == "code":
@@ -52,6 +56,7 @@ def test_a_worker_ends_with_its_code_after_threads_atexit_and_output(tmp_path: P
     assert done.stdout == "no newline, still buffered"
     assert (tmp_path / "thread.txt").read_text() == "joined"
     assert (tmp_path / "atexit.txt").read_text() == "ran"
+    assert (tmp_path / "task.txt").read_text() == "done"
     assert ("stopped: a message" in done.stderr) == (how == "message")
 
 

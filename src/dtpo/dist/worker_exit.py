@@ -51,10 +51,7 @@ def exit_now(code: int) -> NoReturn:
     """End the process with ``code`` after what a normal exit does while Python is still whole (non-daemon
     threads joined, ``atexit`` handlers run, stdout and stderr flushed), skipping the interpreter's finalisation
     and C++ static destructors."""
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon and thread.is_alive():
-            thread.join()
+    _join_threads()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -62,3 +59,17 @@ def exit_now(code: int) -> NoReturn:
         except (OSError, ValueError):  # closed or broken pipe: nothing more can be written anyway
             pass
     os._exit(code)
+
+
+def _join_threads() -> None:
+    """Wait for non-daemon threads as Python's exit does: ``threading._shutdown`` first runs the callbacks that
+    stop idle executor workers (a ``ThreadPoolExecutor`` never shut down would otherwise be waited for forever),
+    then joins. It is private, but it is what the interpreter itself calls; where it is missing, join directly."""
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None and threading.current_thread() is threading.main_thread():
+        shutdown()
+        return
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon and thread.is_alive():
+            thread.join()
