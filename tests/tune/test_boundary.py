@@ -130,6 +130,16 @@ def test_clearly_too_slow_settings_go_and_the_far_too_slow_are_named_for_pruning
     assert far == [cands[3]]  # 1.25 > 1.05 x 1.1; 1.13 is too slow but not far too slow
 
 
+@pytest.mark.parametrize("times", [[1.0, 1.25, 1.0, 1.05], [1.0, 1.0, 1.25, 1.05]])
+def test_a_far_too_slow_setting_prunes_below_only_when_the_one_above_it_is_clearly_slower_too(
+        times: list[float]) -> None:
+    # right below the default, or below a setting as fast as the default, one slow setting may be a measured
+    # zigzag: it is too slow itself, but says nothing of the settings below
+    cands, j = _judged(times, 12)
+    assert rule_out_too_slow(MaxSlowdown(1.1), cands, j) == []
+    assert cands[times.index(1.25)].status == "infeasible"
+
+
 def test_the_setting_settled_first_is_one_not_yet_looked_at_while_a_placement_can_still_hedge() -> None:
     cands, j = _judged([1.0, 1.05, 1.09, 1.10], 12)
     cands[2].stats.blocks = [Block(4, 4, 4.36, 1.0)]  # 200 W: 4 steps only

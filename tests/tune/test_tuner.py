@@ -320,6 +320,22 @@ def test_a_slowdown_search_moves_its_choice_off_the_grid_towards_the_bound() -> 
     assert any("towards the allowed slowdown" in line for line in tuner.history)
 
 
+def test_one_far_too_slow_setting_right_below_the_default_does_not_end_the_search(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # a zigzag as small jobs measure it: 275 W takes 0.260 s (30 % slower than 300 W, far past a 10 % bound), yet
+    # 250 W and below are as in the made-up job; one slow setting is no evidence that every lower one is slower,
+    # so the search goes on down and holds a setting within the bound that uses less energy than 300 W
+    monkeypatch.setitem(STEP_S, 275.0, 0.260)
+    tuner = slowdown_tuner(1.1)
+    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
+    choice = tuner.choice
+    assert choice is not None and choice.power_limit_w <= 225.0
+    assert on_grid(STEP_S, choice.power_limit_w) <= 1.1 * STEP_S[300.0]
+    rows = {row["power_limit_w"]: row for row in tuner.report()["settings"]}
+    assert rows[275.0]["status"] == "infeasible"
+    assert not any(row["status"] == "pruned" and "far slower" in row["reason"] for row in rows.values())
+
+
 @pytest.mark.parametrize("how", ["no boundary points", "knob without between"])
 def test_a_slowdown_search_stays_on_the_grid_when_told_or_when_the_knob_cannot(how: str) -> None:
     if how == "no boundary points":

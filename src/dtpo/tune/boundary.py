@@ -56,15 +56,26 @@ def allowed(metric: CostMetric, est: Estimate, ref: Estimate | None, z: float) -
 
 def rule_out_too_slow(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement) -> list[Candidate]:
     """Mark the measured settings clearly too slow ``infeasible``; returns those of them far too slow
-    (``FAR_TOO_SLOW`` times the bound), below which every setting is slower still."""
+    (``FAR_TOO_SLOW`` times the bound) below which every setting is slower still: the setting just above such a
+    one must be measured and clearly slower than the default too. Time rising over two settings in a row is the
+    limit biting; one slow setting right below the default may be a measured zigzag (a small job whose time
+    hardly depends on the limit), with faster settings further down."""
     far = []
     for c in candidates:
         if c.status != "measured" or j.ref is None or allowed(metric, j.estimates[c.index], j.ref, j.z) is not False:
             continue
         c.status, c.reason = "infeasible", "slower than the allowed slowdown"
-        if j.estimates[c.index].time_per_sample_s > FAR_TOO_SLOW * metric.factor * j.ref.time_per_sample_s:
+        if j.estimates[c.index].time_per_sample_s > FAR_TOO_SLOW * metric.factor * j.ref.time_per_sample_s \
+                and _clearly_slower_than_default(candidates, c.index - 1, j):
             far.append(c)
     return far
+
+
+def _clearly_slower_than_default(candidates: list[Candidate], index: int, j: Judgement) -> bool:
+    if index < 0 or candidates[index] is j.reference or index not in j.estimates or j.ref is None:
+        return False
+    est = j.estimates[index]
+    return est.time_per_sample_s - j.ref.time_per_sample_s > j.z * math.hypot(est.time_se, j.ref.time_se)
 
 
 def time_information(metric: MaxSlowdown, j: Judgement, pair: list[Candidate], best_cost: float,

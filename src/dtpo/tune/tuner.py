@@ -364,7 +364,7 @@ class PowerTuner:
         for c in cands:  # a drop holds only while the evidence does: judge again against today's figures
             if c.status in ("dropped", "infeasible"):
                 c.status, c.reason = "measured", ""
-        if isinstance(self.metric, MaxSlowdown):  # clearly too slow goes, and all below one far too slow
+        if isinstance(self.metric, MaxSlowdown):  # clearly too slow goes; all below one far too slow after a rise
             for c in rule_out_too_slow(self.metric, self._candidates, j):
                 self._prune_below(c.index, "below a setting far slower than allowed")
         live = [c for c in cands if c.status == "measured"]
