@@ -41,6 +41,14 @@ def test_round_trip(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "record.json").read_text())["schema"] == SCHEMA
 
 
+def test_an_evaluation_round_trips_and_a_record_without_one_has_no_key(tmp_path: Path) -> None:
+    record = sample_record()
+    assert "evaluation" not in record.to_dict()["ranks"][0]
+    record.ranks[0].evaluation = {"loss": 0.52, "samples": 1024}
+    record.save(tmp_path)
+    assert RunRecord.load(tmp_path).ranks[0].evaluation == {"loss": 0.52, "samples": 1024}
+
+
 def test_unknown_schema_and_garbage_are_clear_errors(tmp_path: Path) -> None:
     (tmp_path / "record.json").write_text(json.dumps({"schema": "dtpo.run/999"}))
     with pytest.raises(DtpoError, match="unsupported record schema"):

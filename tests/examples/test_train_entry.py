@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+from dtpo.examples.base import EVALUATION_SAMPLES
 
 
 def run_entry(*args: str) -> subprocess.CompletedProcess[str]:
@@ -29,5 +33,8 @@ def test_a_run_alone_ends_with_0_and_its_record_written(tmp_path: Path) -> None:
     path = config.save(tmp_path / "config.json")
     done = run_entry(str(path))
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "run" / "record.json").is_file()
+    record = json.loads((tmp_path / "run" / "record.json").read_text())
+    evaluation = record["ranks"][0]["evaluation"]  # the trained model on the fixed evaluation set
+    assert evaluation["samples"] == EVALUATION_SAMPLES and math.isfinite(evaluation["loss"])
     assert "dtpo run" in done.stdout  # the summary was flushed before the process ended
+    assert "evaluation loss" in done.stdout

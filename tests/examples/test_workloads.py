@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sysconfig
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import torch
 
 from dtpo.core.errors import ConfigError
 from dtpo.examples import WORKLOADS, Workload, get_workload
+from dtpo.examples.cnn import SyntheticCNN
 from dtpo.examples.lm import STDLIB_SOURCES, CharLM, LMConfig, corpus
 
 NAMES = sorted(WORKLOADS)
@@ -142,3 +144,23 @@ def test_lm_config_rejects_bad_shapes() -> None:
 def test_mlp_teacher_uses_every_class() -> None:
     _, labels = first(get_workload("mlp"), batch_size=10_000)
     assert (torch.bincount(labels, minlength=10) > 300).all()
+
+
+def test_cnn_labels_are_redrawn_at_the_label_noise_rate_on_the_same_images() -> None:
+    clean, noisy = SyntheticCNN(label_noise=0.0), SyntheticCNN(label_noise=0.1)
+    a, b = clean.batches(64, 0, 1, seed=3), noisy.batches(64, 0, 1, seed=3)
+    changed = total = 0
+    for _ in range(50):
+        (x_clean, y_clean), (x_noisy, y_noisy) = next(a), next(b)
+        assert torch.equal(x_clean, x_noisy)
+        changed += int((y_clean != y_noisy).sum())
+        total += len(y_clean)
+    assert 0.07 < changed / total < 0.11  # a redrawn label lands on the true class one time in ten: 9 %
+
+
+def test_cnn_loss_floor_is_the_label_entropy() -> None:
+    assert SyntheticCNN(label_noise=0.0).loss_floor() == 0.0
+    # 10 classes, 10 % redrawn: 0.91 on the true class, 0.01 on each other
+    assert abs(SyntheticCNN().loss_floor() - -(0.91 * math.log(0.91) + 9 * 0.01 * math.log(0.01))) < 1e-12
+    with pytest.raises(ValueError, match="label_noise"):
+        SyntheticCNN(label_noise=1.5)

@@ -92,6 +92,23 @@ def test_windows_carry_energy_when_it_is_measured(tmp_path: Path) -> None:
     assert sum(w.total_j for w in recorder.windows) == pytest.approx(run["total_j"])
 
 
+def test_close_window_ends_the_open_window_at_once_so_later_work_counts_in_none(tmp_path: Path) -> None:
+    recorder = Recorder()
+    session = _session(tmp_path, warmup_steps=1, window_steps=3, callbacks=[recorder])
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in session.batches(_data(), steps=6):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+    session.close_window()
+    recorder.calls.append(("after the last step", None))  # an evaluation would run here
+    session.close_window()  # nothing open: no empty window
+    session.finish()
+    assert recorder.calls[-5:] == [("step_end", 5), ("window_end", (4, 5)), ("after the last step", None),
+                                   ("rank_end", 6), ("train_end", "completed")]
+    assert [(w.first_step, w.last_step) for w in recorder.windows] == [(1, 3), (4, 5)]
+
+
 class SwitchAt(Callback):
     """Changes settings when a given step ends, and records how each later forward ran."""
 

@@ -107,6 +107,8 @@ class RankRecord:
             shape) and ``bucket_cap_bytes`` (DDP's bucket size, ``None`` without DDP).
         checkpoints: The checkpoints this rank took part in (``step``, ``blocked_s``: how long training waited
             for it, ``async``), in order; empty without checkpoints.
+        evaluation: The trained model's loss on a fixed evaluation set (``loss``, ``samples``), the same for
+            every rank; ``None`` when the script did not evaluate (see :meth:`dtpo.Session.note_evaluation`).
     """
 
     rank: int
@@ -124,6 +126,7 @@ class RankRecord:
     slack: dict[str, Any] | None = None
     model: dict[str, Any] | None = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
+    evaluation: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.peak_flops = measurement_or_none(self.peak_flops)
@@ -135,6 +138,8 @@ class RankRecord:
         out["steps"] = [asdict(s) for s in self.steps]
         if not self.checkpoints:  # records of runs without checkpoints stay as they were
             del out["checkpoints"]
+        if self.evaluation is None:  # nor do those of scripts that do not evaluate
+            del out["evaluation"]
         return out
 
     @classmethod

@@ -14,6 +14,9 @@ from dtpo.core.errors import ConfigError
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
+EVALUATION_SEED = 2**40 + 2_024  # the evaluation set's own seed, far from any training seed a user types
+EVALUATION_SAMPLES = 1024
+
 
 class Workload(ABC):
     """A model, an endless stream of batches, and a loss: enough for ``dtpo train`` to run it.
@@ -44,6 +47,20 @@ class Workload(ABC):
     def samples_in(self, batch: Batch) -> int:
         """How many samples a batch holds (its leading dimension)."""
         return int(batch[0].shape[0])
+
+    def evaluation_batches(self) -> list[Batch]:
+        """The evaluation set: the same :data:`EVALUATION_SAMPLES` samples in every run, whatever its seed, batch
+        size and worker count (drawn from the workload's own generator with a seed of its own,
+        :data:`EVALUATION_SEED`, in batches of :attr:`default_batch_size`). Runs that trained differently are
+        compared on it without the noise of the batches each happened to see last."""
+        data = self.batches(self.default_batch_size, 0, 1, seed=EVALUATION_SEED)
+        batches: list[Batch] = []
+        drawn = 0
+        while drawn < EVALUATION_SAMPLES:
+            batch = next(data)
+            batches.append(batch)
+            drawn += self.samples_in(batch)
+        return batches
 
 
 def rank_seed(seed: int, rank: int) -> int:

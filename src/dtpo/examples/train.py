@@ -23,6 +23,7 @@ from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError, DtpoError
 from dtpo.core.logs import configure_logging
 from dtpo.examples import get_workload, with_workload_defaults
+from dtpo.examples.evaluation import evaluate
 from dtpo.session.lifecycle import Interrupted
 
 log = logging.getLogger("dtpo.examples.train")  # also when run as __main__
@@ -38,8 +39,9 @@ def load_config(argv: list[str]) -> RunConfig:
 
 
 def train(config: RunConfig, callbacks: Sequence[Callback] = ()) -> None:
-    """Build the workload, train it for its steps, write the record (``config`` with the workload's defaults
-    filled in: :func:`~dtpo.examples.with_workload_defaults`); ``callbacks`` go to the Session (the Ray engine's)."""
+    """Build the workload, train it for its steps, evaluate it on the workload's fixed evaluation set, write the
+    record (``config`` with the workload's defaults filled in: :func:`~dtpo.examples.with_workload_defaults`);
+    ``callbacks`` go to the Session (the Ray engine's)."""
     workload = get_workload(config.workload.name)
     steps, batch_size, lr = config.workload.steps, config.workload.batch_size, config.workload.lr
     assert steps is not None and batch_size is not None and lr is not None, "call with_workload_defaults first"
@@ -56,6 +58,9 @@ def train(config: RunConfig, callbacks: Sequence[Callback] = ()) -> None:
             loss = workload.loss(model(inputs), targets)
             session.backward(loss)
             session.step(optimizer)
+        session.close_window()  # the evaluation counts in no window, nor in the run's energy per sample
+        result = evaluate(model, workload, session.device, session.rank, session.world_size)
+        session.note_evaluation(result.loss, result.samples)
 
 
 def check_checkpoints(config: RunConfig, run_dir: str | os.PathLike[str] | None = None) -> None:

@@ -391,6 +391,17 @@ class Session(ProbeSteps, Switches):
         self.checkpoints.after_step(self)
         return True
 
+    def close_window(self) -> None:
+        """Close the open window of steps now (:meth:`finish` would close it), so that work after the last step,
+        such as an evaluation, counts in no window, nor in the run's time and energy."""
+        if self._window_steps:
+            self._close_window()
+
+    def note_evaluation(self, loss: float, samples: int) -> None:
+        """Put the trained model's loss on a fixed evaluation set (``samples`` samples, the same in every run) in
+        this rank's record and the summary; call it after the last step, before the Session finishes."""
+        self.lifecycle.rank.evaluation = {"loss": float(loss), "samples": int(samples)}
+
     def finish(self, error: BaseException | None = None) -> RunRecord | None:
         """Gather every rank's measurements to rank 0, which writes ``record.json`` and prints a summary.
 
@@ -406,8 +417,7 @@ class Session(ProbeSteps, Switches):
             self.checkpoints.close(error)
         except Exception as exc:  # a checkpoint that could not be completed must not cost the record
             log.warning("the last checkpoint could not be completed: %s", exc)
-        if self._window_steps:
-            self._close_window()
+        self.close_window()
         rank_record = self.lifecycle.rank
         rank_record.switches = list(self.switch_log)
         for callback in self.callbacks:

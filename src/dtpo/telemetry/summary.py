@@ -98,6 +98,10 @@ def totals_table(record: RunRecord) -> Table:
         rows.insert(1, ("threads per worker", str(threads)))
     if "loss_first" in t and "loss_last" in t:
         rows.append(("loss", f"{_loss(t['loss_first'])} -> {_loss(t['loss_last'])}"))
+    evaluation = next((r.evaluation for r in record.ranks if r.evaluation), None)
+    if evaluation:
+        rows.append(("evaluation loss", f"{evaluation['loss']:.4f} on a fixed set of {evaluation['samples']:,} "
+                                        "samples"))
     knobs = knob_summary(record)
     if knobs:
         rows.append(("GPU knobs", knobs))
