@@ -11,7 +11,9 @@ from dtpo.tune.boundary import (
     allowed,
     boundary_fraction,
     boundary_pair,
+    chord_estimate,
     first_to_settle,
+    interpolate_between,
     placement_fraction,
     realised_fraction,
     rule_out_too_slow,
@@ -19,6 +21,7 @@ from dtpo.tune.boundary import (
     with_chord,
 )
 from dtpo.tune.cost import Energy, MaxSlowdown
+from dtpo.tune.knob import power_limit_between
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Block, Estimate, SettingStats
 from dtpo.tune.tuner_types import Candidate, Judgement
@@ -147,3 +150,51 @@ def test_the_setting_settled_first_is_one_not_yet_looked_at_while_a_placement_ca
     assert first_to_settle(unsure, j.estimates, 12, 12, can_place=True) is cands[2]
     assert first_to_settle(unsure, j.estimates, 12, 12, can_place=False) is cands[3]  # the cheapest
     assert first_to_settle(unsure, j.estimates, 4, 12, can_place=True) is cands[3]  # nothing had a fair look yet
+
+
+def test_the_choice_is_interpolated_where_the_chord_reaches_the_bound_less_its_margin() -> None:
+    # 200 W at 1.05, 175 W at 1.25 (times against the default's 1.0; each with a standard error of 0.005):
+    # with no margin the chord reaches 1.1 a quarter of the way down, at 193.75 W -> 194 W
+    cands, j = _judged([1.0, 1.02, 1.05, 1.25], 12)
+    found = interpolate_between(MaxSlowdown(1.1), cands, cands[2], j, power_limit_between, 0.0)
+    assert found is not None
+    setting, chord = found
+    assert setting == GpuSetting(194.0) and (chord.fast, chord.slow) == (cands[2], cands[3])
+    assert chord.fraction == pytest.approx(6 / 25)
+    # with z = 2 it stays 2 x hypot(chord se, 1.1 x the default's se) short of the bound: further from 175 W
+    setting_z, _ = interpolate_between(MaxSlowdown(1.1), cands, cands[2], j, power_limit_between, 2.0) or (None, None)
+    fraction = 0.25
+    for _ in range(2):
+        margin = 2.0 * math.hypot(math.hypot((1 - fraction) * 0.005, fraction * 0.005), 1.1 * 0.005)
+        fraction = (1.1 - margin - 1.05) / 0.20
+    assert setting_z == GpuSetting(float(round(200.0 - 25.0 * fraction)))
+    assert setting_z.power_limit_w > setting.power_limit_w
+
+
+@pytest.mark.parametrize(("times", "why"), [
+    ([1.0, 1.02, 1.05, 1.08], "the next one down is itself within the bound: nothing lies between"),
+    ([1.0, 1.02, 1.12, 1.25], "the choice itself is past the bound less the margin"),
+])
+def test_no_interpolated_choice_where_the_chord_does_not_cross_the_bound(times: list[float], why: str) -> None:
+    cands, j = _judged(times, 12)
+    assert interpolate_between(MaxSlowdown(1.1), cands, cands[2], j, power_limit_between, 2.0) is None, why
+
+
+def test_no_interpolated_choice_towards_a_costlier_or_rejected_setting_or_below_the_last() -> None:
+    cands, j = _judged([1.0, 1.02, 1.05, 1.25], 12)
+    assert interpolate_between(MaxSlowdown(1.1), cands, cands[3], j, power_limit_between, 0.0) is None  # the last
+    cands[3].status = "rejected"
+    assert interpolate_between(MaxSlowdown(1.1), cands, cands[2], j, power_limit_between, 0.0) is None
+    cands[3].status = "measured"
+    from dataclasses import replace
+    j.estimates[3] = replace(j.estimates[3], cost=j.estimates[2].cost + 0.01)  # 175 W costs more than 200 W
+    assert interpolate_between(MaxSlowdown(1.1), cands, cands[2], j, power_limit_between, 0.0) is None
+
+
+def test_a_chord_estimate_reads_time_energy_and_cost_off_the_chord() -> None:
+    fast, slow = _est(200.0, 1.0, 0.004), _est(175.0, 1.2, 0.003)
+    est = chord_estimate(fast, slow, 0.25, GpuSetting(194.0))
+    assert est.setting == GpuSetting(194.0) and est.steps == 0
+    assert est.time_per_sample_s == pytest.approx(1.05) and est.cost == pytest.approx(1.05)
+    assert est.energy_per_sample_j == pytest.approx(1.05)
+    assert est.time_se == pytest.approx(math.hypot(0.75 * 0.004, 0.25 * 0.003))

@@ -336,15 +336,63 @@ def test_one_far_too_slow_setting_right_below_the_default_does_not_end_the_searc
     assert not any(row["status"] == "pruned" and "far slower" in row["reason"] for row in rows.values())
 
 
-@pytest.mark.parametrize("how", ["no boundary points", "knob without between"])
+@pytest.mark.parametrize("how", ["no boundary points, no interpolation", "knob without between"])
 def test_a_slowdown_search_stays_on_the_grid_when_told_or_when_the_knob_cannot(how: str) -> None:
-    if how == "no boundary points":
-        tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0))
+    if how == "no boundary points, no interpolation":
+        tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0, interpolate_choice=False))
     else:
         tuner = slowdown_tuner(1.15, between=False)
     run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
     assert tuner.choice == GpuSetting(200.0)
     assert all(row["power_limit_w"] in STEP_S for row in tuner.report()["settings"])
+
+
+def test_with_no_setting_placed_the_search_still_ends_between_candidates_near_the_bound() -> None:
+    # nothing is placed between grid limits (boundary_points=0): the search measures only the grid, then holds
+    # the limit between 200 W and 175 W where their chord reaches the 15 % bound less its margin; the report marks
+    # it read off the chord, with no steps of its own
+    tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0))
+    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
+    choice = tuner.choice
+    assert choice is not None and 175.0 < choice.power_limit_w < 200.0
+    assert on_grid(STEP_S, choice.power_limit_w) <= 1.15 * STEP_S[300.0]
+    rows = {row["power_limit_w"]: row for row in tuner.report()["settings"]}
+    row = rows[choice.power_limit_w]
+    assert row["status"] == "chosen" and row["steps"] == 0 and row.get("interpolated")
+    assert "interpolated between 200 W and 175 W" in row["reason"]
+    assert on_grid(STEP_S, 200.0) < row["time_per_sample_s"] * BATCH < on_grid(STEP_S, 175.0)
+    assert list(rows) == sorted(rows, reverse=True)
+
+
+def test_an_interpolated_choice_that_proves_too_slow_while_held_gives_way_to_the_setting_above(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # between 200 W and 175 W this job is as slow as at 175 W (the chord of the two says otherwise): the search
+    # holds a limit between them, measures it while it trains, finds it too slow and holds 200 W instead
+    for watt in range(176, 200):
+        monkeypatch.setitem(STEP_S, float(watt), STEP_S[175.0])
+    tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0))
+    job = SyntheticJob(noise=0.01, seed=3)
+    run_until_hold(tuner, job)
+    interpolated = tuner.choice
+    assert interpolated is not None and 175.0 < interpolated.power_limit_w < 200.0
+    for _ in range(3):
+        tuner.feed(job.block(tuner.current, tuner.block_steps))
+    assert tuner.holding and tuner.choice == GpuSetting(200.0) and tuner.current == GpuSetting(200.0)
+    rows = {row["power_limit_w"]: row for row in tuner.report()["settings"]}
+    assert rows[interpolated.power_limit_w]["status"] == "infeasible"
+    assert rows[interpolated.power_limit_w]["steps"] > 0  # measured while held
+    assert rows[200.0]["status"] == "chosen"
+    assert any("too slow while held" in line for line in tuner.history)
+
+
+def test_an_interpolated_choice_that_holds_up_stays() -> None:
+    tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0))
+    job = SyntheticJob(noise=0.01, seed=3)
+    run_until_hold(tuner, job)
+    interpolated = tuner.choice
+    for _ in range(3):
+        tuner.feed(job.block(tuner.current, tuner.block_steps))
+    assert tuner.choice == interpolated and tuner.current == interpolated
 
 
 def test_a_setting_between_that_is_not_surely_fast_enough_is_not_chosen() -> None:
@@ -362,9 +410,19 @@ def test_a_saved_profile_holds_a_setting_between_candidates_only_when_surely_all
     # over 10 steps; 190 W (0.2222 s) surely is. Both are cheaper than 200 W, 182 W the cheaper of the two.
     job = SyntheticJob(noise=0.0)
     measured = {GpuSetting(w): job.stats(GpuSetting(w), blocks=10) for w in (*LIMITS, 190.0, 182.0)}
-    assert slowdown_tuner(1.15).start_from_profile(measured) == GpuSetting(190.0)
+    on_candidates = TunerOptions(interpolate_choice=False)
+    assert slowdown_tuner(1.15, on_candidates).start_from_profile(measured) == GpuSetting(190.0)
+    between = slowdown_tuner(1.15).start_from_profile(measured)  # interpolated on, between 190 W and 182 W
+    assert 182.0 < between.power_limit_w < 190.0 and on_grid(STEP_S, between.power_limit_w) <= 0.230
     without_190 = {s: st for s, st in measured.items() if s != GpuSetting(190.0)}
-    assert slowdown_tuner(1.15).start_from_profile(without_190) == GpuSetting(200.0)
+    held = slowdown_tuner(1.15, on_candidates).start_from_profile(without_190)
+    assert held == GpuSetting(200.0)
+    # as a search ends, a saved profile's choice moves on towards the bound: between 200 W and 182 W, where their
+    # chord reaches the bound less its margin (182 W itself is not surely allowed)
+    tuner = slowdown_tuner(1.15)
+    held = tuner.start_from_profile(without_190)
+    assert 182.0 < held.power_limit_w < 200.0 and on_grid(STEP_S, held.power_limit_w) <= 0.230
+    assert tuner.holding and tuner.profiling_steps == 0
 
 
 def test_a_checkpointed_choice_is_held_as_it_was_even_when_another_looks_cheaper() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from dtpo.tune.cost import CostContext, CostMetric
 from dtpo.tune.setting import GpuSetting, Segment
-from dtpo.tune.stats import NoiseEstimate, SettingStats, estimate
+from dtpo.tune.stats import Estimate, NoiseEstimate, SettingStats, estimate
 
 
 def settings_rows(stats: Iterable[SettingStats], status: Mapping[GpuSetting, tuple[str, str]], noise: NoiseEstimate,
@@ -26,6 +26,14 @@ def settings_rows(stats: Iterable[SettingStats], status: Mapping[GpuSetting, tup
                      "cost": e.cost, "cost_low": e.cost - z * e.cost_se, "cost_high": e.cost + z * e.cost_se,
                      "status": st, "reason": why})
     return rows
+
+
+def interpolated_row(est: Estimate, status: str, reason: str, z: float) -> dict[str, Any]:
+    """A row like :func:`settings_rows`'s for a setting read off the chord of two measured ones (no steps of its own;
+    ``interpolated`` marks it)."""
+    return {**est.setting.as_dict(), "steps": 0, "warmup_steps": 0, "time_per_sample_s": est.time_per_sample_s,
+            "energy_per_sample_j": est.energy_per_sample_j, "cost": est.cost, "cost_low": est.cost - z * est.cost_se,
+            "cost_high": est.cost + z * est.cost_se, "status": status, "reason": reason, "interpolated": True}
 
 
 def profiling_cost(segments: Iterable[Segment], reference: SettingStats | None) -> dict[str, float] | None:

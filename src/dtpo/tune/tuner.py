@@ -35,7 +35,10 @@ floating) downwards:
    slow, its time and the default's are measured instead, each step going where it narrows their comparison
    most for what it costs. Then the best estimate is held.
 5. Under ``MaxSlowdown``, on a knob that can name settings between its candidates, the race first moves the
-   choice up to the allowed slowdown with a setting placed between two candidates (:mod:`dtpo.tune.boundary`).
+   choice up to the allowed slowdown with a setting placed between two candidates (:mod:`dtpo.tune.boundary`),
+   and when the search ends the choice moves on to the setting between it and the next setting down where
+   their chord reaches the bound less its margin. Such an interpolated choice is measured while it is held; if
+   its own steps show it clearly too slow, the setting above it is held instead.
 
 Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
 visit are compared with the visit's settled level, the time until they stay within the noise is that
@@ -53,7 +56,9 @@ from typing import Any
 from dtpo.tune.allocation import Contender, ocba_targets
 from dtpo.tune.boundary import (
     allowed,
+    chord_estimate,
     first_to_settle,
+    interpolate_between,
     place_between,
     pool_with_chords,
     rule_out_too_slow,
@@ -62,7 +67,7 @@ from dtpo.tune.boundary import (
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
 from dtpo.tune.knob import Knob, candidate_grid
 from dtpo.tune.ordered import next_unvisited, prune_below, steep_below
-from dtpo.tune.report import profiling_cost, projected_saving, settings_rows
+from dtpo.tune.report import interpolated_row, profiling_cost, projected_saving, settings_rows
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
@@ -172,9 +177,15 @@ class PowerTuner:
             self._hold(held, "checkpoint")
             return held
         estimates = self._estimates(list(measured.values()))
-        best = self._best(estimates)
-        self._hold(best.setting, "saved profile")
-        return best.setting
+        best = self._best(estimates).setting
+        if len(self.dimensions) == 1 and self._can_interpolate():  # as the search itself ends (interpolate_choice)
+            ordered = sorted(measured.values(), key=lambda st: st.setting.sort_key, reverse=True)
+            self._candidates = [Candidate(i, st, "measured") for i, st in enumerate(ordered)]
+            chosen = self._interpolate_choice(next(c for c in self._candidates if c.stats.setting == best))
+            chosen.status = "chosen"
+            best = chosen.stats.setting
+        self._hold(best, "saved profile")
+        return best
 
     def reject(self, setting: Any, reason: str) -> Any:
         """Rule ``setting`` out for good (a convergence guard refused it) and decide again; returns the setting
@@ -211,6 +222,8 @@ class PowerTuner:
             return self.current
         if self.phase is Phase.HOLD:
             self._record(block, "hold")
+            if self._verify_held(block):
+                return self.current
             self._watch_drift(block)
             return self.current
         visit = self._visit
@@ -335,12 +348,13 @@ class PowerTuner:
     def _best(self, estimates: list[Estimate]) -> Estimate:
         """The cheapest allowed estimate; as in a search, a setting off the knobs' candidates (placed towards a
         ``MaxSlowdown`` bound) must be allowed with a margin (its own figures only: no chord, so a saved profile
-        errs towards the grid setting above it)."""
+        errs towards the grid setting above it), and so must a candidate where the choice can be interpolated."""
         ref = self._reference_estimate()
         z = t_quantile(self._noise().dof, self.options.z)
         grid = set(candidate_grid(self.dimensions, self.default))
         placed_z = self.options.placed_z_share * z
-        feasible = [e for e in estimates if allowed(self.metric, e, ref, 0.0 if e.setting in grid else placed_z)]
+        grid_z = self.options.grid_z_share * z if self._can_interpolate() else 0.0
+        feasible = [e for e in estimates if allowed(self.metric, e, ref, grid_z if e.setting in grid else placed_z)]
         return min(feasible or estimates, key=lambda e: e.cost)
 
     def _reference_estimate(self) -> Estimate | None:
@@ -355,12 +369,7 @@ class PowerTuner:
         if self._reference is None and self._dimension == 0:
             self._reference = self._candidates[0].stats
         cands = self._candidates
-        measured = [c for c in cands if c.stats.measured]
-        j = Judgement(estimates=dict(zip((c.index for c in measured),
-                                          self._estimates([c.stats for c in measured]), strict=True)),
-                       ref=self._reference_estimate(), z=t_quantile(self._noise().dof, self.options.z),
-                       reference=next((c for c in cands if c.stats is self._reference), None))
-        pool_with_chords(measured, j.estimates)  # a placed setting's figures count its neighbours' chord
+        j = self._judgement()
         for c in cands:  # a drop holds only while the evidence does: judge again against today's figures
             if c.status in ("dropped", "infeasible"):
                 c.status, c.reason = "measured", ""
@@ -372,10 +381,12 @@ class PowerTuner:
             assert j.reference is not None
             j.reference.status = "measured"
             live = [j.reference]
-        # a setting placed near the bound on purpose may be the choice only with a margin (TunerOptions.placed_z_share)
+        # a setting placed near the bound on purpose may be the choice only with a margin (TunerOptions.placed_z_share);
+        # so may a candidate where the choice can be interpolated towards the bound instead (grid_z_share)
         placed_z = self.options.placed_z_share * j.z
+        grid_z = self.options.grid_z_share * j.z if self._can_interpolate() else 0.0
         feasible = [c for c in live
-                    if allowed(self.metric, j.estimates[c.index], j.ref, placed_z if c.interpolated else 0.0)]
+                    if allowed(self.metric, j.estimates[c.index], j.ref, placed_z if c.interpolated else grid_z)]
         best = min(feasible or live, key=lambda c: j.estimates[c.index].cost)
         self._drop_costlier(j, live, best)
         if self._spent >= self._budget:
@@ -387,6 +398,17 @@ class PowerTuner:
             self._revisit(nxt, self.options.first_visit_steps, best)
             return
         self._race(j, [c for c in cands if c.status == "measured"], best)
+
+    def _judgement(self) -> Judgement:
+        """Every measured candidate's estimate (a placed setting's pooled with its chord), the default's, and how
+        many standard errors make a difference clear."""
+        measured = [c for c in self._candidates if c.stats.measured]
+        j = Judgement(estimates=dict(zip((c.index for c in measured),
+                                          self._estimates([c.stats for c in measured]), strict=True)),
+                      ref=self._reference_estimate(), z=t_quantile(self._noise().dof, self.options.z),
+                      reference=next((c for c in self._candidates if c.stats is self._reference), None))
+        pool_with_chords(measured, j.estimates)  # a placed setting's figures count its neighbours' chord
+        return j
 
     def _drop_costlier(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
         """Drop what is clearly costlier than the cheapest setting that is surely allowed; where cost and time
@@ -449,6 +471,35 @@ class PowerTuner:
         pick = self._stay_if_nearly(group, deficit, 0.5)
         self._revisit(pick, min(max(self.options.revisit_steps, math.ceil(deficit[pick.index])),
                                 2 * self.options.revisit_steps), best)
+
+    def _can_interpolate(self) -> bool:
+        """Whether this search's choice may end between two settings (``TunerOptions.interpolate_choice``)."""
+        return (isinstance(self.metric, MaxSlowdown) and self.options.ordered and self.options.interpolate_choice
+                and self.betweens[self._dimension] is not None)
+
+    def _interpolate_choice(self, best: Candidate) -> Candidate:
+        """``MaxSlowdown``: the setting between ``best`` and the next setting down where their chord reaches the
+        bound less its margin (:func:`~dtpo.tune.boundary.interpolate_between`), as a new candidate with no steps
+        of its own; ``best`` itself where there is none."""
+        if not self._can_interpolate():
+            return best
+        j = self._judgement()
+        between = self.betweens[self._dimension]
+        assert between is not None and isinstance(self.metric, MaxSlowdown)
+        found = interpolate_between(self.metric, self._candidates, best, j, between,
+                                    self.options.placed_z_share * j.z)
+        if found is None:
+            return best
+        setting, chord = found
+        chosen = Candidate(best.index + 1, self._stats_of(setting), chord=chord,
+                           reason=f"interpolated between {chord.fast.stats.setting.label} and "
+                                  f"{chord.slow.stats.setting.label} towards the allowed slowdown (not profiled; "
+                                  "measured while held)")
+        self._candidates.insert(chosen.index, chosen)
+        for i, c in enumerate(self._candidates):
+            c.index = i
+        self.history.append(f"{setting.label}: {chosen.reason}")
+        return chosen
 
     def _can_place(self) -> bool:
         """Whether this search may still place a setting between two candidates (:mod:`dtpo.tune.boundary`)."""
@@ -517,6 +568,7 @@ class PowerTuner:
             prune_below(self._candidates, index, reason)
 
     def _finish_dimension(self, best: Candidate, why: str) -> None:
+        best = self._interpolate_choice(best)
         self.choice = best.stats.setting
         best.status = "chosen"
         self.history.append(f"{self.dimension_names[self._dimension]}: {best.stats.setting.label} ({why})")
@@ -535,6 +587,27 @@ class PowerTuner:
         logger.debug("tuner: holding %s (%s) after %d steps", setting.label, why, self.steps)
 
     # -- holding ------------------------------------------------------------------------------------------------
+
+    def _verify_held(self, block: Block) -> bool:
+        """An interpolated choice (no profiling steps of its own) is measured while it is held, until it has had a
+        fair look; once its figures, pooled with its chord, show it clearly too slow for ``MaxSlowdown``, the setting
+        above it is held instead. Returns whether the block went to that check."""
+        held = next((c for c in self._candidates if c.stats.setting == self.current and c.interpolated
+                     and c.status == "chosen"), None)
+        if held is None or held.stats.steps >= self._fair_look:
+            return False
+        held.stats.blocks.append(block)
+        j = self._judgement()
+        if held.index in j.estimates and allowed(self.metric, j.estimates[held.index], j.ref, j.z) is False:
+            assert held.chord is not None
+            above = held.chord.fast
+            held.status, held.reason = "infeasible", "slower than the allowed slowdown while held"
+            above.status = "chosen"
+            self.history.append(f"{held.stats.setting.label}: too slow while held; back to {above.stats.setting.label}")
+            logger.info("tuner: %s proved too slow while held; holding %s", held.stats.setting.label,
+                        above.stats.setting.label)
+            self._hold(above.stats.setting, "the interpolated choice proved too slow")
+        return True
 
     def _watch_drift(self, block: Block) -> None:
         stats = self.stats.get(self.current)
@@ -568,6 +641,20 @@ class PowerTuner:
     def _default_stats(self) -> SettingStats | None:
         return self._reference if self._reference is not None else self.stats.get(self.default)
 
+    def _unprofiled_rows(self) -> list[dict[str, Any]]:
+        """Rows for interpolated settings not measured yet, with the figures of their chord."""
+        j = None
+        rows = []
+        for c in self._candidates:
+            if c.chord is None or c.stats.measured:
+                continue
+            j = j or self._judgement()
+            fast, slow = j.estimates.get(c.chord.fast.index), j.estimates.get(c.chord.slow.index)
+            if fast is not None and slow is not None:
+                rows.append(interpolated_row(chord_estimate(fast, slow, c.chord.fraction, c.stats.setting),
+                                             c.status, c.reason, self.options.z))
+        return rows
+
     def profiling_cost(self) -> dict[str, float] | None:
         """Extra time and energy the steps before holding cost against the default (see :mod:`dtpo.tune.report`)."""
         return profiling_cost(self.segments, self._default_stats())
@@ -586,6 +673,9 @@ class PowerTuner:
         noise = self._noise()
         status = {c.stats.setting: (c.status, c.reason) for c in self._candidates}
         rows = settings_rows(self.stats.values(), status, noise, self.metric, self.context, self.options.z)
+        unprofiled = self._unprofiled_rows()
+        if unprofiled:  # in their place, from the most power allowed down
+            rows = sorted(rows + unprofiled, key=lambda r: GpuSetting.from_dict(r).sort_key, reverse=True)
         return {"metric": self.metric.name, "metric_description": self.metric.describe(),
                 "unit": self.metric.unit, "phase": self.phase.value,
                 "choice": None if self.choice is None else self.choice.as_dict(),

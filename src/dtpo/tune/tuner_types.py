@@ -60,6 +60,17 @@ class TunerOptions:
         min_boundary_fraction: A setting between two candidates is visited only when it lies at least this
             share of the way from the allowed one to the next one down (closer, it saves too little to pay for
             its steps).
+        interpolate_choice: ``MaxSlowdown`` on an ordered knob that can name settings between its candidates: when
+            the search ends, hold the setting between its choice and the next setting down (measured, cheaper, not
+            surely allowed) where the chord of their times reaches the bound less ``placed_z_share`` standard errors
+            of that chord (:func:`dtpo.tune.boundary.interpolate_between`). A choice that a marginal verdict kept a
+            whole candidate above the bound moves up to it instead, without profiling steps; the held setting is
+            then measured while it trains and given up for the setting above it should it prove too slow.
+        grid_z_share: Where the choice can be interpolated so (``interpolate_choice``), a candidate becomes the
+            ``MaxSlowdown`` choice only once its time is below the bound by this share of ``z`` standard errors: a
+            candidate near the bound whose estimate only just clears it is then interpolated towards instead of
+            held on that estimate. Elsewhere a candidate is judged on its estimate alone (a margin would there
+            cost a whole candidate's step).
         placed_z_share: A setting placed towards the ``MaxSlowdown`` bound becomes the choice once its time is
             below the bound by this share of ``z`` standard errors (and it is placed with that margin). A grid
             setting is judged on its estimate alone; a placed one sits near the bound by design, so it needs some
@@ -86,8 +97,10 @@ class TunerOptions:
     drift: float = 0.10
     drift_window_steps: int = 200
     ordered: bool = True
-    boundary_points: int = 2
+    boundary_points: int = 1
     min_boundary_fraction: float = 0.1
+    interpolate_choice: bool = True
+    grid_z_share: float = 0.25
     placed_z_share: float = 0.5
 
 
