@@ -23,8 +23,11 @@ How it is judged, always on the noise-free model (the truth) over Zeus's grid of
   misses the oracle goal);
 * profiling: steps until the choice was held, their measured time and energy (simulated clock and energy
   counter), and what they cost beyond running the same steps at the default (maximum) limit;
-* a whole job of ``--job-steps`` steps: the true per-step cost at the setting in force over the profiling
-  steps, plus the remaining steps at the chosen limit's true cost.
+* a whole job of ``--job-steps`` steps: the true per-step cost of every step at the setting in force. Zeus
+  holds its choice from the end of its sweep; dtpo's tuner runs through the whole job, because its choice can
+  still change while held (under ``slowdown:F`` a choice interpolated between two limits is measured while it
+  trains, and should it prove too slow the limit above it is held instead): its choice is the one it holds at
+  the end, and its profiling steps are those before it first held a choice.
 
 Goals (exit 1 when one is missed; each is printed as met or missed with its figure):
 
@@ -298,7 +301,8 @@ class TunerRun:
         profiling_steps: Steps from the start until it held its choice.
         profile_time_s: Their measured (simulated) seconds.
         profile_energy_j: Their measured joules (energy counter).
-        schedule: ``(setting, steps)`` in order over the profiling steps.
+        schedule: ``(setting, steps)`` in order: Zeus's profiling steps (its choice holds for the rest of the
+            job), dtpo's whole job.
         detail: Tuner-specific extras for the JSON file.
     """
 
@@ -365,15 +369,24 @@ def profiling_segments(segments: Sequence[Segment], steps: int) -> list[Segment]
 
 
 def run_dtpo_tuner(gpu: SimulatedGpu, metric: CostMetric, job_steps: int, journal_dir: Path) -> TunerRun:
-    """dtpo's tuner on ``gpu`` until it holds its choice (``dtpo.tune.simulated.tune_on_simulated``)."""
+    """dtpo's tuner on ``gpu`` through the whole job (``dtpo.tune.simulated.tune_on_simulated``): its choice can
+    still change while held (an interpolated ``MaxSlowdown`` choice that proves too slow gives way to the setting
+    above it), so the job's schedule is every step it ran, and the choice is what it held at the end."""
     from dtpo.tune.simulated import tune_on_simulated
 
-    result = tune_on_simulated(gpu, metric, knob="power-limit", max_steps=job_steps, journal_dir=journal_dir)
+    result = tune_on_simulated(gpu, metric, knob="power-limit", max_steps=job_steps, job_steps=job_steps,
+                               journal_dir=journal_dir)
     kept = profiling_segments(result.segments, result.profiling_steps)
     return TunerRun(choice=result.choice, profiling_steps=result.profiling_steps,
                     profile_time_s=sum(s.time_s for s in kept), profile_energy_j=sum(s.energy_j for s in kept),
-                    schedule=[(s.setting, s.steps) for s in kept],
-                    detail={"segments": [s.as_dict() for s in result.segments]})
+                    schedule=[(s.setting, s.steps) for s in result.segments],
+                    detail={"segments": [s.as_dict() for s in kept], "steps_back": result.tuner.steps_back,
+                            "first_choice": _first_hold(result.segments)})
+
+
+def _first_hold(segments: Sequence[Segment]) -> dict[str, Any] | None:
+    """The setting of the first hold segment (what the search chose before anything held proved too slow)."""
+    return next((s.setting.as_dict() for s in segments if s.phase == "hold"), None)
 
 
 RUNNERS: dict[str, Callable[[SimulatedGpu, CostMetric, int, Path], TunerRun]] = {
@@ -712,6 +725,10 @@ def off_grid_lines(cases: Sequence[Case]) -> list[str]:
             lines.append(f"{metric}, σ {noise:g}: dtpo held a limit between grid limits on {len(ratios)} of "
                          f"{len(group)} runs; ×oracle median {statistics.median(ratios):.4f}, best {min(ratios):.4f}, "
                          f"worst {max(ratios):.4f}")
+        back = sum(1 for c in group if c.details.get("dtpo", {}).get("steps_back"))
+        if back:
+            lines.append(f"{metric}, σ {noise:g}: on {back} of {len(group)} runs dtpo's interpolated choice proved too "
+                         "slow while held and it went back to the limit above (counted in the job)")
     return lines
 
 

@@ -116,6 +116,7 @@ class PowerTuner:
         self.profiling_steps = 0  # steps from the start until the choice was held
         self.steps = 0
         self.retunes = 0
+        self.steps_back = 0  # interpolated choices given up while held (too slow)
         self.history: list[str] = []
         self._dimension = 0
         self._candidates: list[Candidate] = []
@@ -578,11 +579,14 @@ class PowerTuner:
             return
         self._hold(best.stats.setting, why)
 
-    def _hold(self, setting: GpuSetting, why: str) -> None:
+    def _hold(self, setting: GpuSetting, why: str, searched: bool = True) -> None:
+        """Hold ``setting``; ``searched``: it ends a search (the steps so far were profiling), not a step back from
+        a held choice that proved too slow while training at it."""
         self.choice = setting
         self.current = setting
         self.phase = Phase.HOLD
-        self.profiling_steps = self.steps
+        if searched:
+            self.profiling_steps = self.steps
         self._drift_strikes = 0
         logger.debug("tuner: holding %s (%s) after %d steps", setting.label, why, self.steps)
 
@@ -606,7 +610,8 @@ class PowerTuner:
             self.history.append(f"{held.stats.setting.label}: too slow while held; back to {above.stats.setting.label}")
             logger.info("tuner: %s proved too slow while held; holding %s", held.stats.setting.label,
                         above.stats.setting.label)
-            self._hold(above.stats.setting, "the interpolated choice proved too slow")
+            self.steps_back += 1
+            self._hold(above.stats.setting, "the interpolated choice proved too slow", searched=False)
         return True
 
     def _watch_drift(self, block: Block) -> None:
@@ -680,6 +685,7 @@ class PowerTuner:
                 "unit": self.metric.unit, "phase": self.phase.value,
                 "choice": None if self.choice is None else self.choice.as_dict(),
                 "profiling_steps": self.profiling_steps, "steps": self.steps, "retunes": self.retunes,
+                "steps_back": self.steps_back,
                 "settling_s": max(self.settling_s, default=None), "noise_cv": noise.cost_cv,
                 "settings": rows, "history": list(self.history), "default": self.default.as_dict(),
                 "profiling_cost": self.profiling_cost(),
