@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dtpo.tune.boundary import chord_estimate
 from dtpo.tune.cost import CostContext, CostMetric
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.stats import Estimate, NoiseEstimate, SettingStats, estimate
+from dtpo.tune.tuner_types import Candidate
 
 
 def settings_rows(stats: Iterable[SettingStats], status: Mapping[GpuSetting, tuple[str, str]], noise: NoiseEstimate,
@@ -25,6 +27,21 @@ def settings_rows(stats: Iterable[SettingStats], status: Mapping[GpuSetting, tup
                      "time_per_sample_s": e.time_per_sample_s, "energy_per_sample_j": e.energy_per_sample_j,
                      "cost": e.cost, "cost_low": e.cost - z * e.cost_se, "cost_high": e.cost + z * e.cost_se,
                      "status": st, "reason": why})
+    return rows
+
+
+def unprofiled_rows(candidates: Iterable[Candidate], estimates: Mapping[int, Estimate], z: float
+                    ) -> list[dict[str, Any]]:
+    """Rows like :func:`settings_rows`'s for the settings interpolated between two measured candidates and not
+    measured yet (``estimates``: by candidate index), with the figures of their chord."""
+    rows = []
+    for c in candidates:
+        if c.chord is None or c.stats.measured:
+            continue
+        fast, slow = estimates.get(c.chord.fast.index), estimates.get(c.chord.slow.index)
+        if fast is not None and slow is not None:
+            rows.append(interpolated_row(chord_estimate(fast, slow, c.chord.fraction, c.stats.setting), c.status,
+                                         c.reason, z))
     return rows
 
 

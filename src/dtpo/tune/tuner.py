@@ -56,7 +56,6 @@ from typing import Any
 from dtpo.tune.allocation import Contender, ocba_targets
 from dtpo.tune.boundary import (
     allowed,
-    chord_estimate,
     first_to_settle,
     interpolate_between,
     place_between,
@@ -67,11 +66,11 @@ from dtpo.tune.boundary import (
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
 from dtpo.tune.knob import Knob, candidate_grid
 from dtpo.tune.ordered import next_unvisited, prune_below, steep_below
-from dtpo.tune.report import interpolated_row, profiling_cost, projected_saving, settings_rows
+from dtpo.tune.report import profiling_cost, projected_saving, settings_rows, unprofiled_rows
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
-from dtpo.tune.tuner_types import Candidate, Judgement, Phase, TunerOptions, Visit
+from dtpo.tune.tuner_types import Candidate, Chord, Judgement, Phase, TunerOptions, Visit
 
 __all__ = ["Candidate", "Phase", "PowerTuner", "TunerOptions"]
 
@@ -492,15 +491,18 @@ class PowerTuner:
         if found is None:
             return best
         setting, chord = found
-        chosen = Candidate(best.index + 1, self._stats_of(setting), chord=chord,
-                           reason=f"interpolated between {chord.fast.stats.setting.label} and "
-                                  f"{chord.slow.stats.setting.label} towards the allowed slowdown (not profiled; "
-                                  "measured while held)")
-        self._candidates.insert(chosen.index, chosen)
+        return self._insert_between(setting, chord, f"interpolated between {chord.fast.stats.setting.label} and "
+                                                    f"{chord.slow.stats.setting.label} towards the allowed slowdown "
+                                                    "(not profiled; measured while held)")
+
+    def _insert_between(self, setting: GpuSetting, chord: Chord, reason: str) -> Candidate:
+        """A new candidate for ``setting``, in its place right below ``chord.fast``."""
+        new = Candidate(chord.fast.index + 1, self._stats_of(setting), chord=chord, reason=reason)
+        self._candidates.insert(new.index, new)
         for i, c in enumerate(self._candidates):
             c.index = i
-        self.history.append(f"{setting.label}: {chosen.reason}")
-        return chosen
+        self.history.append(f"{setting.label}: {reason}")
+        return new
 
     def _can_place(self) -> bool:
         """Whether this search may still place a setting between two candidates (:mod:`dtpo.tune.boundary`)."""
@@ -526,14 +528,9 @@ class PowerTuner:
         if placement is None:
             return False
         setting, chord = placement
-        placed = Candidate(chord.fast.index + 1, self._stats_of(setting), chord=chord,
-                           reason=f"between {chord.fast.stats.setting.label} and {chord.slow.stats.setting.label}, "
-                                  "towards the allowed slowdown")
-        self._candidates.insert(placed.index, placed)
-        for i, c in enumerate(self._candidates):
-            c.index = i
+        placed = self._insert_between(setting, chord, f"between {chord.fast.stats.setting.label} and "
+                                                      f"{chord.slow.stats.setting.label}, towards the allowed slowdown")
         self._boundary_left -= 1
-        self.history.append(f"{setting.label}: {placed.reason}")
         self._revisit(placed, planned, best)
         return True
 
@@ -646,20 +643,6 @@ class PowerTuner:
     def _default_stats(self) -> SettingStats | None:
         return self._reference if self._reference is not None else self.stats.get(self.default)
 
-    def _unprofiled_rows(self) -> list[dict[str, Any]]:
-        """Rows for interpolated settings not measured yet, with the figures of their chord."""
-        j = None
-        rows = []
-        for c in self._candidates:
-            if c.chord is None or c.stats.measured:
-                continue
-            j = j or self._judgement()
-            fast, slow = j.estimates.get(c.chord.fast.index), j.estimates.get(c.chord.slow.index)
-            if fast is not None and slow is not None:
-                rows.append(interpolated_row(chord_estimate(fast, slow, c.chord.fraction, c.stats.setting),
-                                             c.status, c.reason, self.options.z))
-        return rows
-
     def profiling_cost(self) -> dict[str, float] | None:
         """Extra time and energy the steps before holding cost against the default (see :mod:`dtpo.tune.report`)."""
         return profiling_cost(self.segments, self._default_stats())
@@ -678,7 +661,7 @@ class PowerTuner:
         noise = self._noise()
         status = {c.stats.setting: (c.status, c.reason) for c in self._candidates}
         rows = settings_rows(self.stats.values(), status, noise, self.metric, self.context, self.options.z)
-        unprofiled = self._unprofiled_rows()
+        unprofiled = unprofiled_rows(self._candidates, self._judgement().estimates, self.options.z)
         if unprofiled:  # in their place, from the most power allowed down
             rows = sorted(rows + unprofiled, key=lambda r: GpuSetting.from_dict(r).sort_key, reverse=True)
         return {"metric": self.metric.name, "metric_description": self.metric.describe(),
