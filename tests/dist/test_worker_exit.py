@@ -3,6 +3,7 @@ the exit code kept), without the interpreter's finalisation."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -67,7 +68,8 @@ def test_an_exception_escaping_main_is_left_to_python(tmp_path: Path) -> None:
     assert (tmp_path / "atexit.txt").read_text() == "ran"  # Python's own exit, which runs atexit too
 
 
-def test_exit_codes_follow_system_exit(capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_codes_follow_system_exit(caplog: pytest.LogCaptureFixture) -> None:
     assert exit_code(None) == 0 and exit_code(0) == 0 and exit_code(7) == 7
-    assert exit_code("why") == 1
-    assert capsys.readouterr().err == "why\n"
+    with caplog.at_level(logging.ERROR, logger="dtpo.dist.worker_exit"):
+        assert exit_code("why") == 1
+    assert [r.getMessage() for r in caplog.records] == ["why"]

@@ -18,11 +18,14 @@ torchrun's error file are unchanged).
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
 import threading
 from collections.abc import Callable
 from typing import NoReturn
+
+logger = logging.getLogger(__name__)
 
 
 def run_then_exit(main: Callable[[], object]) -> NoReturn:
@@ -38,12 +41,12 @@ def run_then_exit(main: Callable[[], object]) -> NoReturn:
 
 def exit_code(code: object) -> int:
     """The process exit code Python gives ``SystemExit(code)``: ``None`` is 0, an integer itself, anything else
-    is written to stderr and gives 1."""
+    is logged as an error (Python writes it to stderr) and gives 1."""
     if code is None:
         return 0
     if isinstance(code, int):
         return code
-    print(code, file=sys.stderr)
+    logger.error("%s", code)
     return 1
 
 
