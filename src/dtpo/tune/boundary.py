@@ -29,6 +29,7 @@ open to the end; holding the candidate above it instead costs a whole grid step 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 from dtpo.tune.allocation import cheapest_information
@@ -211,11 +212,20 @@ def placement_fraction(factor: float, ref: Estimate, fast: Estimate, slow: Estim
     verdict will need (:func:`verdict_margin`) once its own ``planned_steps`` are pooled with the chord between
     the two (:func:`with_chord`); ``None`` where no placement is worth a visit."""
     bound = factor * ref.time_per_sample_s
+    return _fraction_with_margin(
+        bound, fast, slow, lambda chord_se: verdict_margin(z, time_cv, bound, planned_steps, factor, ref.time_se,
+                                                           chord_se), 0.0, min_fraction)
+
+
+def _fraction_with_margin(bound: float, fast: Estimate, slow: Estimate, margin: Callable[[float], float],
+                          first_chord_se: float, min_fraction: float) -> float | None:
+    """:func:`boundary_fraction` with a margin that depends on the chord's standard error, which depends on where the
+    setting lies: place with ``margin(first_chord_se)``, then place again with the chord's error there."""
+    chord_se = first_chord_se
     fraction = None
-    chord_se = 0.0
-    for _ in range(2):  # the chord's error depends on where the setting lies: place, then place again with it
-        margin = verdict_margin(z, time_cv, bound, planned_steps, factor, ref.time_se, chord_se)
-        fraction = boundary_fraction(bound, fast.time_per_sample_s, slow.time_per_sample_s, margin, min_fraction)
+    for _ in range(2):
+        fraction = boundary_fraction(bound, fast.time_per_sample_s, slow.time_per_sample_s, margin(chord_se),
+                                     min_fraction)
         if fraction is None:
             return None
         chord_se = _chord_se(fast.time_se, slow.time_se, fraction)
@@ -291,15 +301,10 @@ def interpolate_between(metric: MaxSlowdown, candidates: list[Candidate], best: 
     fast_e, slow_e = j.estimates[best.index], j.estimates[slow.index]
     if slow_e.cost >= fast_e.cost:
         return None
-    bound = metric.factor * j.ref.time_per_sample_s
-    fraction, chord_se = None, fast_e.time_se
-    for _ in range(2):  # the chord's error depends on where the setting lies: place, then place again with it
-        margin = z * math.hypot(chord_se, metric.factor * j.ref.time_se)
-        fraction = boundary_fraction(bound, fast_e.time_per_sample_s, slow_e.time_per_sample_s, margin, 0.0)
-        if fraction is None:
-            return None
-        chord_se = _chord_se(fast_e.time_se, slow_e.time_se, fraction)
-    setting = between(best.stats.setting, slow.stats.setting, fraction)
-    if setting is None:
+    ref_se = metric.factor * j.ref.time_se
+    fraction = _fraction_with_margin(metric.factor * j.ref.time_per_sample_s, fast_e, slow_e,
+                                     lambda chord_se: z * math.hypot(chord_se, ref_se), fast_e.time_se, 0.0)
+    setting = None if fraction is None else between(best.stats.setting, slow.stats.setting, fraction)
+    if setting is None or fraction is None:
         return None
     return setting, Chord(best, slow, realised_fraction(best.stats.setting, slow.stats.setting, setting))

@@ -661,7 +661,9 @@ class PowerTuner:
         noise = self._noise()
         status = {c.stats.setting: (c.status, c.reason) for c in self._candidates}
         rows = settings_rows(self.stats.values(), status, noise, self.metric, self.context, self.options.z)
-        unprofiled = unprofiled_rows(self._candidates, self._judgement().estimates, self.options.z)
+        unprofiled = []
+        if any(c.chord is not None and not c.stats.measured for c in self._candidates):
+            unprofiled = unprofiled_rows(self._candidates, self._judgement().estimates, self.options.z)
         if unprofiled:  # in their place, from the most power allowed down
             rows = sorted(rows + unprofiled, key=lambda r: GpuSetting.from_dict(r).sort_key, reverse=True)
         return {"metric": self.metric.name, "metric_description": self.metric.describe(),
