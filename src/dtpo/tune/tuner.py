@@ -38,7 +38,8 @@ floating) downwards:
    choice up to the allowed slowdown with a setting placed between two candidates (:mod:`dtpo.tune.boundary`),
    and when the search ends the choice moves on to the setting between it and the next setting down where
    their chord reaches the bound less its margin. Such an interpolated choice is measured while it is held; if
-   its own steps show it clearly too slow, the setting above it is held instead.
+   its own steps show it clearly too slow, the setting above it is held instead. These moves are in
+   :mod:`dtpo.tune.bound_search`.
 
 Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
 visit are compared with the visit's settled level, the time until they stay within the noise is that
@@ -54,14 +55,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dtpo.tune.allocation import Contender, ocba_targets
+from dtpo.tune.bound_search import BoundSearch
 from dtpo.tune.boundary import (
     allowed,
     first_to_settle,
-    interpolate_between,
-    place_between,
     pool_with_chords,
     rule_out_too_slow,
-    time_information,
 )
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
 from dtpo.tune.knob import Knob, candidate_grid
@@ -70,14 +69,14 @@ from dtpo.tune.report import profiling_cost, projected_saving, settings_rows, un
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
-from dtpo.tune.tuner_types import Candidate, Chord, Judgement, Phase, TunerOptions, Visit
+from dtpo.tune.tuner_types import Candidate, Judgement, Phase, TunerOptions, Visit
 
 __all__ = ["Candidate", "Phase", "PowerTuner", "TunerOptions"]
 
 logger = logging.getLogger(__name__)
 
 
-class PowerTuner:
+class PowerTuner(BoundSearch):
     """Finds and holds the setting with the least cost; see the module docs.
 
     Args:
@@ -472,77 +471,6 @@ class PowerTuner:
         self._revisit(pick, min(max(self.options.revisit_steps, math.ceil(deficit[pick.index])),
                                 2 * self.options.revisit_steps), best)
 
-    def _can_interpolate(self) -> bool:
-        """Whether this search's choice may end between two settings (``TunerOptions.interpolate_choice``)."""
-        return (isinstance(self.metric, MaxSlowdown) and self.options.ordered and self.options.interpolate_choice
-                and self.betweens[self._dimension] is not None)
-
-    def _interpolate_choice(self, best: Candidate) -> Candidate:
-        """``MaxSlowdown``: the setting between ``best`` and the next setting down where their chord reaches the
-        bound less its margin (:func:`~dtpo.tune.boundary.interpolate_between`), as a new candidate with no steps
-        of its own; ``best`` itself where there is none."""
-        if not self._can_interpolate():
-            return best
-        j = self._judgement()
-        between = self.betweens[self._dimension]
-        assert between is not None and isinstance(self.metric, MaxSlowdown)
-        found = interpolate_between(self.metric, self._candidates, best, j, between,
-                                    self.options.placed_z_share * j.z)
-        if found is None:
-            return best
-        setting, chord = found
-        return self._insert_between(setting, chord, f"interpolated between {chord.fast.stats.setting.label} and "
-                                                    f"{chord.slow.stats.setting.label} towards the allowed slowdown "
-                                                    "(not profiled; measured while held)")
-
-    def _insert_between(self, setting: GpuSetting, chord: Chord, reason: str) -> Candidate:
-        """A new candidate for ``setting``, in its place right below ``chord.fast``."""
-        new = Candidate(chord.fast.index + 1, self._stats_of(setting), chord=chord, reason=reason)
-        self._candidates.insert(new.index, new)
-        for i, c in enumerate(self._candidates):
-            c.index = i
-        self.history.append(f"{setting.label}: {reason}")
-        return new
-
-    def _can_place(self) -> bool:
-        """Whether this search may still place a setting between two candidates (:mod:`dtpo.tune.boundary`)."""
-        return (isinstance(self.metric, MaxSlowdown) and self.options.ordered and self._boundary_left > 0
-                and self.betweens[self._dimension] is not None)
-
-    def _toward_bound(self, j: Judgement, best: Candidate) -> bool:
-        """``MaxSlowdown``: visit a setting between the cheapest one surely allowed and the next one down (when that
-        one is cheaper and not surely allowed: see :func:`~dtpo.tune.boundary.boundary_pair`), where the time
-        reaches the bound less the margin its verdict will need (:mod:`dtpo.tune.boundary`). The next one down
-        stays in the race: if its own figures show it allowed after all, it is the cheaper choice. Returns
-        whether a visit began."""
-        planned = self._fair_look
-        left = self._budget - self._spent - self._warmup_steps()
-        if not self._can_place() or j.ref is None or left < planned:
-            return False
-        assert isinstance(self.metric, MaxSlowdown)
-        between = self.betweens[self._dimension]
-        assert between is not None
-        placement = place_between(self.metric, self._candidates, j, between, self.options.placed_z_share * j.z,
-                                  self._noise().time_cv, planned, left < planned + self.options.revisit_steps,
-                                  self.options.min_boundary_fraction)
-        if placement is None:
-            return False
-        setting, chord = placement
-        placed = self._insert_between(setting, chord, f"between {chord.fast.stats.setting.label} and "
-                                                      f"{chord.slow.stats.setting.label}, towards the allowed slowdown")
-        self._boundary_left -= 1
-        self._revisit(placed, planned, best)
-        return True
-
-    def _measure_time(self, j: Judgement, unsure: Candidate, best: Candidate) -> None:
-        """``MaxSlowdown``: one more visit to ``unsure`` or to the default, whichever narrows the interval of
-        their time difference most per unit of cost (a step at the expensive default costs the most)."""
-        assert j.reference is not None and isinstance(self.metric, MaxSlowdown)
-        pair = [unsure] if unsure is j.reference else [unsure, j.reference]
-        value = time_information(self.metric, j, pair, j.estimates[best.index].cost, self.options.min_step_cost)
-        pick = self._stay_if_nearly(pair, value, 0.8)
-        self._revisit(pick, self.options.revisit_steps, best)
-
     def _stay_if_nearly(self, group: list[Candidate], score: dict[int, float], share: float) -> Candidate:
         """The candidate of ``group`` with the highest ``score``, or the one in force when its score is at least
         ``share`` of that: staying put costs no warm-up."""
@@ -588,28 +516,6 @@ class PowerTuner:
         logger.debug("tuner: holding %s (%s) after %d steps", setting.label, why, self.steps)
 
     # -- holding ------------------------------------------------------------------------------------------------
-
-    def _verify_held(self, block: Block) -> bool:
-        """An interpolated choice (no profiling steps of its own) is measured while it is held, until it has had a
-        fair look; once its figures, pooled with its chord, show it clearly too slow for ``MaxSlowdown``, the setting
-        above it is held instead. Returns whether the block went to that check."""
-        held = next((c for c in self._candidates if c.stats.setting == self.current and c.interpolated
-                     and c.status == "chosen"), None)
-        if held is None or held.stats.steps >= self._fair_look:
-            return False
-        held.stats.blocks.append(block)
-        j = self._judgement()
-        if held.index in j.estimates and allowed(self.metric, j.estimates[held.index], j.ref, j.z) is False:
-            assert held.chord is not None
-            above = held.chord.fast
-            held.status, held.reason = "infeasible", "slower than the allowed slowdown while held"
-            above.status = "chosen"
-            self.history.append(f"{held.stats.setting.label}: too slow while held; back to {above.stats.setting.label}")
-            logger.info("tuner: %s proved too slow while held; holding %s", held.stats.setting.label,
-                        above.stats.setting.label)
-            self.steps_back += 1
-            self._hold(above.stats.setting, "the interpolated choice proved too slow", searched=False)
-        return True
 
     def _watch_drift(self, block: Block) -> None:
         stats = self.stats.get(self.current)
