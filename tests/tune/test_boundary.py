@@ -17,6 +17,7 @@ from dtpo.tune.boundary import (
     placement_fraction,
     realised_fraction,
     rule_out_too_slow,
+    time_information,
     verdict_margin,
     with_chord,
 )
@@ -150,6 +151,18 @@ def test_the_setting_settled_first_is_one_not_yet_looked_at_while_a_placement_ca
     assert first_to_settle(unsure, j.estimates, 12, 12, can_place=True) is cands[2]
     assert first_to_settle(unsure, j.estimates, 12, 12, can_place=False) is cands[3]  # the cheapest
     assert first_to_settle(unsure, j.estimates, 4, 12, can_place=True) is cands[3]  # nothing had a fair look yet
+
+
+def test_time_information_is_variance_removed_per_cost_and_a_default_step_counts_reference_weight_times() -> None:
+    cands, j = _judged([1.0, 1.05, 1.09, 1.10], 12)
+    pair = [cands[3], cands[0]]  # an unsure setting (cost 0.85) and the default (cost 1.0); best costs 0.9
+    plain = time_information(MaxSlowdown(1.1), j, pair, 0.9, 0.1)
+    # variance / (steps + 1) / max(cost above the best, floor): the default's time counts 1.1 times
+    assert plain[3] == pytest.approx(0.005 ** 2 / 13 / (0.1 * 0.9))
+    assert plain[0] == pytest.approx((1.1 * 0.005) ** 2 / 13 / 0.1)
+    weighted = time_information(MaxSlowdown(1.1), j, pair, 0.9, 0.1, reference_weight=2.0)
+    assert weighted[3] == pytest.approx(plain[3])
+    assert weighted[0] == pytest.approx(2.0 * plain[0])
 
 
 def test_the_choice_is_interpolated_where_the_chord_reaches_the_bound_less_its_margin() -> None:

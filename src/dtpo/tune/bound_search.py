@@ -120,7 +120,8 @@ class BoundSearch:
         their time difference most per unit of cost (a step at the expensive default costs the most)."""
         assert j.reference is not None and isinstance(self.metric, MaxSlowdown)
         pair = [unsure] if unsure is j.reference else [unsure, j.reference]
-        value = time_information(self.metric, j, pair, j.estimates[best.index].cost, self.options.min_step_cost)
+        value = time_information(self.metric, j, pair, j.estimates[best.index].cost, self.options.min_step_cost,
+                                 self.options.reference_weight)
         pick = self._stay_if_nearly(pair, value, 0.8)
         self._revisit(pick, self.options.revisit_steps, best)
 

@@ -86,15 +86,19 @@ def _clearly_slower_than_default(candidates: list[Candidate], index: int, j: Jud
 
 
 def time_information(metric: MaxSlowdown, j: Judgement, pair: list[Candidate], best_cost: float,
-                     min_step_cost: float) -> dict[int, float]:
+                     min_step_cost: float, reference_weight: float = 1.0) -> dict[int, float]:
     """How much a step at each of ``pair`` (an unsure setting and the default) narrows the interval of their time
-    difference, per unit of what it costs above the best (:func:`~dtpo.tune.allocation.cheapest_information`)."""
+    difference, per unit of what it costs above the best (:func:`~dtpo.tune.allocation.cheapest_information`).
+    A step at the default counts ``reference_weight`` times: its time enters every verdict, not only this one."""
     assert j.reference is not None
     factor = {c.index: metric.factor if c is j.reference else 1.0 for c in pair}
     variances = {c.index: (factor[c.index] * j.estimates[c.index].time_se) ** 2 for c in pair}
     steps = {c.index: c.stats.steps for c in pair}
     costs = {c.index: j.estimates[c.index].cost - best_cost for c in pair}
-    return cheapest_information(variances, steps, costs, min_step_cost * abs(best_cost))
+    value = cheapest_information(variances, steps, costs, min_step_cost * abs(best_cost))
+    if j.reference.index in value:
+        value[j.reference.index] *= reference_weight
+    return value
 
 
 def boundary_pair(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement, looked_steps: int,

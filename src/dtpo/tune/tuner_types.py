@@ -41,6 +41,11 @@ class TunerOptions:
         min_step_cost: The least relative cost a ``MaxSlowdown`` race charges for a step at any setting, when it
             weighs measuring a setting's time against measuring the default's
             (:func:`dtpo.tune.allocation.cheapest_information`).
+        reference_weight: How many times a step at the default counts when a ``MaxSlowdown`` race weighs measuring
+            an unsure setting's time against the default's. The default's time enters every verdict: the unsure
+            setting's, the choice's, and a setting interpolated from them; an unlucky default estimate shifts
+            them all at once (with equal weight, the race starves the default, and one default estimate two
+            standard errors high let a choice 1.4 % past the bound through in ``benchmarks/tuner_vs_zeus.py``).
         steep_rise: Relative cost above the best that, with a clear slowdown, drops every lower setting.
         min_warmup_steps: Fewest warm-up steps after a change.
         min_warmup_s: Shortest warm-up in seconds (at least one update period of the energy counter, so the
@@ -89,6 +94,7 @@ class TunerOptions:
     tolerance: float = 0.01
     min_gap: float = 0.005
     min_step_cost: float = 0.1
+    reference_weight: float = 2.0
     steep_rise: float = 0.25
     min_warmup_steps: int = 1
     min_warmup_s: float = 0.0
