@@ -12,7 +12,8 @@ More series, to check that the planner generalises beyond the shipped ones (Tran
 TensorFlow 2 and PaddlePaddle on DGX A100, VGG16 on a DGX-1), each with its source in the file:
 ``--data benchmarks/data/published_scaling_extra.json``. A series' notes say what its source says of the gradient
 on the wire (``fp16 gradients``, ``fp16 compression``; otherwise mixed precision all-reduces float32 gradients) and
-of overlap (``after accumulation``, ``PS on CPU``: the all-reduce does not overlap backward).
+of overlap (``after accumulation``: the all-reduce does not overlap backward; ``PS on CPU``: gradients go to
+the CPU over PCIe as backward produces them, by copy engines that do not contend with backward).
 
 Usage: ``python benchmarks/planner_vs_published.py [--data FILE] [--write-scenarios DIR]``
 """
@@ -64,8 +65,10 @@ GPU_LINKS = {"H100": ("nvlink4", "ib-ndr", 8, 8), "A100": ("nvlink3", "ib-hdr", 
 FP16_WIRE = re.compile(r"fp16 gradients|all-?reduces? fp16|fp16 all-?reduce|fp16 compression"
                        r"|allreduce_post_accumulation_fp16")
 # Notes that say the all-reduce runs after backward (after accumulation, or through a parameter server).
-NO_OVERLAP = re.compile(r"after (?:the )?(?:accumulation|backward|merged)|post[- ]accumulation|not overlapped"
-                        r"|ps on cpu")
+NO_OVERLAP = re.compile(r"after (?:the )?(?:accumulation|backward|merged)|post[- ]accumulation|not overlapped")
+# Notes that say the gradients go to parameter servers on the CPU: over PCIe, sent as backward produces them, by the
+# GPU's copy engines (no NCCL kernels on its SMs, so nothing contends with backward).
+PARAMETER_SERVER = re.compile(r"ps on cpu|parameter server")
 
 
 def _first(text: str, table: tuple[tuple[str, Any], ...]) -> Any:
@@ -119,7 +122,7 @@ def scenario_for(series: dict[str, Any]) -> dict[str, Any]:
     half = "fp16" in precision or "amp" in precision
     points = sorted(series["points"], key=lambda p: p["gpus"])
     accum = accumulation_schedule({**series, "points": points})
-    parameter_server = "ps on cpu" in notes
+    parameter_server = PARAMETER_SERVER.search(notes) is not None
     data: dict[str, Any] = {
         "gpu": gpu, "gpus_per_node": per_node, "gpu_counts": [p["gpus"] for p in points],
         "intra_link": "pcie3" if parameter_server else intra, "inter_link": inter, "nics_per_node": nics,
@@ -128,6 +131,8 @@ def scenario_for(series: dict[str, Any]) -> dict[str, Any]:
         "baseline": {"gpus": points[0]["gpus"], "throughput": float(points[0]["throughput"])},
         "overlap": NO_OVERLAP.search(notes) is None,
     }
+    if parameter_server:
+        data["overlap_slowdown"] = 0.0
     if accum is not None:
         data["grad_accum"] = {str(p["gpus"]): a for p, a in zip(points, accum, strict=True)}
     return data

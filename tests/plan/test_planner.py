@@ -9,12 +9,12 @@ import pytest
 from conftest import run_cli
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.calibration import calibrate, from_run
+from dtpo.plan.calibration import calibrate, compute_jitter_cv, from_run
 from dtpo.plan.collectives import LinkCost
 from dtpo.plan.interconnect import find_link
 from dtpo.plan.predict import cheapest, fabric_of, limiting_term, plan
 from dtpo.plan.scenario import Scenario, load_scenario
-from dtpo.plan.step_model import Fabric, JobShape, StepTime, step_time
+from dtpo.plan.step_model import Fabric, JobShape, StepTime, expected_max_normal, step_time
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = ROOT.parent / "shared" / "data" / "scaling" / "published_scaling.json"
@@ -85,10 +85,46 @@ def test_fsdp_hides_its_gathers_behind_compute_until_they_exceed_it() -> None:
     assert fast_compute.exposed_comm_s > 0.5 * fast_compute.comm_s
 
 
+def test_the_expected_slowest_of_n_gpus_in_standard_deviations() -> None:
+    assert expected_max_normal(1) == 0.0
+    assert expected_max_normal(2) == pytest.approx(1 / 3.141592653589793 ** 0.5, rel=1e-6)  # exactly 1/sqrt(pi)
+    assert expected_max_normal(3) == pytest.approx(1.5 / 3.141592653589793 ** 0.5, rel=1e-6)  # 3/(2 sqrt(pi))
+    assert expected_max_normal(8) == pytest.approx(1.4236, abs=1e-4)  # tabulated order statistics
+    assert expected_max_normal(100) == pytest.approx(2.5076, abs=1e-4)
+
+
+def test_a_step_waits_for_the_slowest_gpu_once_per_synchronisation() -> None:
+    job = JobShape(gradient_bytes=400e6, parameters=100e6, overlap=False, jitter_cv=0.02)
+    step = step_time(16, 8, t_micro_s=0.1, grad_accum=4, optimizer_s=0.01, job=job, fabric=fabric())
+    # DDP: 4 micro-batches of their own, then one all-reduce: 2 % x 0.1 s x sqrt(4) x E[max of 16 normals]
+    assert step.sync_wait_s == pytest.approx(0.02 * 0.1 * 2 * expected_max_normal(16), rel=1e-9)
+    assert step.step_s == pytest.approx(0.4 + 0.047 + 0.01 + step.sync_wait_s, rel=1e-6)
+    assert step_time(1, 8, 0.1, 4, 0.01, job, fabric()).sync_wait_s == 0  # one GPU waits for nobody
+    fsdp = JobShape(gradient_bytes=400e6, parameters=100e6, strategy="fsdp", param_bytes=200e6, jitter_cv=0.02)
+    # FSDP gathers the parameters at every micro-batch: it waits for the slowest every time
+    assert step_time(16, 8, 0.1, 4, 0.0, fsdp, fabric()).sync_wait_s == pytest.approx(
+        4 * 0.02 * 0.1 * expected_max_normal(16), rel=1e-9)
+
+
+def test_communication_hidden_behind_backward_still_slows_it_on_gpus() -> None:
+    plain = step_time(16, 8, 0.1, 1, 0.0, JobShape(gradient_bytes=400e6, parameters=100e6), fabric())
+    shared = step_time(16, 8, 0.1, 1, 0.0, JobShape(gradient_bytes=400e6, parameters=100e6, overlap_slowdown=0.5),
+                       fabric())
+    hidden = plain.comm_s - plain.exposed_comm_s
+    assert hidden > 0 and plain.interference_s == 0
+    assert shared.interference_s == pytest.approx(0.5 * hidden, rel=1e-9)
+    assert shared.step_s == pytest.approx(plain.step_s + 0.5 * hidden, rel=1e-9)
+    after = JobShape(gradient_bytes=400e6, parameters=100e6, overlap=False, overlap_slowdown=0.5)
+    assert step_time(16, 8, 0.1, 1, 0.0, after, fabric()).interference_s == 0  # nothing runs beside backward
+
+
 def test_the_limit_is_named_from_the_largest_term() -> None:
     assert limiting_term(StepTime(8, 1, 1, 1.0, 0.5, 0.3, 0.01)).startswith("exposed communication")
     assert limiting_term(StepTime(8, 1, 1, 1.0, 0.0, 0.0, 0.5)).startswith("optimizer step")
     assert limiting_term(StepTime(8, 1, 1, 1.0, 0.01, 0.01, 0.01)).startswith("compute")
+    assert limiting_term(StepTime(8, 1, 1, 1.0, 0.01, 0.01, 0.01, sync_wait_s=0.3)).startswith("waiting for the slow")
+    assert limiting_term(StepTime(8, 1, 1, 1.3, 0.5, 0.01, 0.01, interference_s=0.3)).startswith(
+        "communication slowing")
 
 
 def _scenario(**extra: object) -> Scenario:
@@ -107,6 +143,15 @@ def test_a_calibration_from_a_measured_throughput_reproduces_it() -> None:
     assert result.predictions[0].scaling_efficiency == pytest.approx(1.0)
     assert [p.extrapolated for p in result.predictions] == [False, True, True]
     assert any("compute: measured 400 samples/s at 8 GPUs" in a for a in result.assumptions)
+    assert any("stragglers: one micro-batch's compute varies by 2.0%" in a and "assumed" in a
+               for a in result.assumptions)
+    assert any("delays it by 50%" in a for a in result.assumptions)
+    # the calibration takes the stragglers and the contention at 8 GPUs out of the compute time
+    quiet = plan(_scenario(jitter_cv=0.0, overlap_slowdown=0.0))
+    assert quiet.predictions[0].throughput == pytest.approx(400.0, rel=1e-6)
+    assert quiet.calibration.t_micro_s > result.calibration.t_micro_s
+    assert quiet.predictions[-1].scaling_efficiency > result.predictions[-1].scaling_efficiency
+    assert any("varies by 0.0%" in a and "given" in a for a in quiet.assumptions)
     # a slower fabric can only lose throughput beyond one node
     roce = plan(scenario, "roce-100g", result.calibration)
     assert roce.predictions[0].throughput == pytest.approx(result.predictions[0].throughput)
@@ -157,6 +202,16 @@ def test_a_run_record_gives_compute_optimizer_gradient_and_power(tmp_path: Path)
                                "baseline": {"run_dir": str(tmp_path / "run")}}, where="test")
     flops = calibrate(h100, fabric_of(h100))
     assert "FLOPs per sample counted in dtpo run" in flops.source and flops.t_micro_s < cal.t_micro_s
+
+
+def test_a_runs_compute_jitter_is_the_robust_spread_of_its_steps_per_micro_batch() -> None:
+    steady = [{"compute_s": t} for t in (1.0, 1.02, 0.98, 1.0, 1.01, 0.99, 1.0, 1.0, 5.0)]  # one GC pause
+    # median 1.0; absolute deviations 0, .02, .02, 0, .01, .01, 0, 0, 4: their median is 0.01
+    assert compute_jitter_cv([{"steps": steady}], accum=1) == pytest.approx(0.014826)
+    assert compute_jitter_cv([{"steps": steady}], accum=4) == pytest.approx(0.014826 / 2)  # 4 micro-batches a step
+    assert compute_jitter_cv([{"steps": steady[:5]}], accum=1) is None  # too few steps to tell
+    warm = [{"compute_s": 9.0, "warmup": True}] * 20
+    assert compute_jitter_cv([{"steps": warm + steady}], accum=1) == pytest.approx(0.014826)
 
 
 def test_a_run_without_what_the_planner_needs_is_one_clear_error(tmp_path: Path) -> None:

@@ -54,8 +54,13 @@ def test_mixed_precision_all_reduces_fp32_gradients_unless_the_notes_say_fp16(be
 
 def test_the_notes_say_whether_the_all_reduce_overlaps_backward(bench: ModuleType) -> None:
     assert bench.scenario_for(_series(notes="all-reduce after accumulation"))["overlap"] is False
-    assert bench.scenario_for(_series(notes="PS on CPU"))["overlap"] is False
     assert bench.scenario_for(_series(notes="PyTorch DDP"))["overlap"] is True
+    assert "overlap_slowdown" not in bench.scenario_for(_series(notes="PyTorch DDP"))  # the planner's default
+
+
+def test_parameter_servers_overlap_backward_over_pcie_without_contending_with_it(bench: ModuleType) -> None:
+    ps = bench.scenario_for(_series(notes="single node; PS on CPU"))
+    assert ps["overlap"] is True and ps["overlap_slowdown"] == 0.0 and ps["intra_link"] == "pcie3"
 
 
 def test_every_extra_series_builds_a_scenario_the_planner_predicts(bench: ModuleType) -> None:

@@ -19,6 +19,7 @@ Whatever was used is in :attr:`Calibration.source` and every assumption in :attr
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,14 @@ from typing import Any
 from dtpo.core.errors import ConfigError
 from dtpo.devices.physics.catalogue import find_gpu, gpu_peak_flops
 from dtpo.plan.scenario import Scenario
-from dtpo.plan.step_model import Fabric, JobShape, optimizer_seconds, step_time
+from dtpo.plan.step_model import (
+    DEFAULT_JITTER_CV,
+    DEFAULT_OVERLAP_SLOWDOWN,
+    Fabric,
+    JobShape,
+    optimizer_seconds,
+    step_time,
+)
 
 ASSUMED_MFU = 0.4
 """Model FLOPs utilisation assumed when compute is known only from FLOPs per sample (typical of large-model
@@ -61,8 +69,10 @@ class Calibration:
     assumptions: tuple[str, ...] = field(default_factory=tuple)
 
 
-def job_shape(scenario: Scenario, record_model: dict[str, Any] | None = None) -> JobShape:
-    """The job's communication shape from the scenario (and a run record's model section, which wins)."""
+def job_shape(scenario: Scenario, record_model: dict[str, Any] | None = None,
+              measured_jitter_cv: float | None = None) -> JobShape:
+    """The job's communication shape from the scenario (and a run record's model section, which wins); its
+    compute jitter is the scenario's, else the one a run measured, else :data:`DEFAULT_JITTER_CV`."""
     model = scenario.model
     if record_model:
         grad = float(record_model["gradient_bytes"])
@@ -78,9 +88,26 @@ def job_shape(scenario: Scenario, record_model: dict[str, Any] | None = None) ->
         raise ConfigError("compression powersgd needs the model's tensor shapes: plan from a dtpo run "
                           "(baseline.run_dir) of the model")
     param_bytes = params * (2 if scenario.precision in ("bf16-mixed", "16-mixed") else 4)
+    jitter = scenario.jitter_cv
+    if jitter is None:
+        jitter = measured_jitter_cv if measured_jitter_cv is not None else DEFAULT_JITTER_CV
+    slowdown = scenario.overlap_slowdown if scenario.overlap_slowdown is not None else DEFAULT_OVERLAP_SLOWDOWN
     return JobShape(gradient_bytes=grad, parameters=params, strategy=scenario.strategy, compression=compression,
                     powersgd_rank=scenario.powersgd_rank, matrix_shapes=shapes, bucket_cap_bytes=cap,
-                    param_bytes=param_bytes, overlap=scenario.overlap, compute_on_host=scenario.is_cpu)
+                    param_bytes=param_bytes, overlap=scenario.overlap, compute_on_host=scenario.is_cpu,
+                    jitter_cv=jitter, overlap_slowdown=0.0 if scenario.is_cpu else slowdown)
+
+
+def sharing_assumptions(scenario: Scenario, job: JobShape, measured_jitter: bool = False) -> tuple[str, ...]:
+    """What the step model assumes of stragglers and of communication sharing the GPU, and where it came from."""
+    origin = "given" if scenario.jitter_cv is not None else "measured in the run" if measured_jitter else "assumed"
+    notes = [f"stragglers: one micro-batch's compute varies by {job.jitter_cv:.1%} from step to step (relative "
+             f"standard deviation, {origin}); each step waits for the slowest GPU"]
+    if not job.compute_on_host:
+        origin = "given" if scenario.overlap_slowdown is not None else "assumed"
+        notes.append(f"communication hidden behind backward still delays it by {job.overlap_slowdown:.0%} of its "
+                     f"time ({origin}): NCCL's kernels share the GPU's SMs and memory bandwidth")
+    return tuple(notes)
 
 
 def memory_bandwidth(scenario: Scenario) -> float | None:
@@ -106,7 +133,7 @@ def calibrate(scenario: Scenario, fabric: Fabric) -> Calibration:
     if base is not None and base.throughput is not None and base.gpus is not None:
         return from_throughput(scenario, fabric, base.gpus, base.throughput)
     job = job_shape(scenario)
-    assumptions = _optimizer_assumption(scenario)
+    assumptions = (*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job))
     if base is not None and base.compute_s_per_sample is not None:
         return Calibration(base.compute_s_per_sample * scenario.per_gpu_batch, None, job,
                            f"compute {base.compute_s_per_sample:.4g} s per sample (given)", assumptions=assumptions)
@@ -142,15 +169,16 @@ def from_throughput(scenario: Scenario, fabric: Fabric, gpus: int, throughput: f
     step = scenario.per_gpu_batch * accum * gpus / throughput
     optimizer = modelled_optimizer_s(scenario, job, gpus)
     t_micro = max((step - optimizer) / accum, 1e-12)
-    for _ in range(50):  # exposed communication depends on t_micro: a fixed point, reached in a few rounds
+    for _ in range(50):  # what is not compute depends on t_micro: a fixed point, reached in a few rounds
         predicted = step_time(gpus, scenario.gpus_per_node, t_micro, accum, optimizer, job, fabric)
-        t_new = max((step - optimizer - predicted.exposed_comm_s) / accum, 1e-12)
+        overhead = predicted.exposed_comm_s + predicted.interference_s + predicted.sync_wait_s
+        t_new = max((step - optimizer - overhead) / accum, 1e-12)
         if abs(t_new - t_micro) <= 1e-9 * t_micro:
             break
         t_micro = t_new
     return Calibration(t_micro, None, job, f"measured {throughput:,.0f} samples/s at {gpus} GPUs "
-                       f"(accumulation {accum})", measured_gpus=gpus,
-                       measured_nodes=scenario.nodes(gpus), assumptions=_optimizer_assumption(scenario))
+                       f"(accumulation {accum})", measured_gpus=gpus, measured_nodes=scenario.nodes(gpus),
+                       assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job)))
 
 
 def _has_accum(scenario: Scenario, gpus: int) -> bool:
@@ -204,6 +232,8 @@ def from_run(scenario: Scenario, run_dir: Path) -> Calibration:
     t_micro_run = statistics.median(s["compute_s"] for s in steps) / accum
     optimizer = statistics.median(s["optimizer_s"] for s in steps)
     t_micro = t_micro_run * scenario.per_gpu_batch / samples
+    jitter = compute_jitter_cv(ranks, accum)
+    job = job_shape(scenario, model, jitter)
     workers = len(ranks)
     energy = record.get("energy") or {}
     joules = (energy.get("energy_j") or {}).get("value")
@@ -213,10 +243,35 @@ def from_run(scenario: Scenario, run_dir: Path) -> Calibration:
                    f"{scenario.per_gpu_batch}" if samples != scenario.per_gpu_batch else ""]
     if power is not None and (energy.get("energy_j") or {}).get("source") == "estimated":
         assumptions.append("the run's power is dtpo's CPU model (estimated), not a counter")
+    assumptions.extend(sharing_assumptions(scenario, job, measured_jitter=jitter is not None))
     nodes = len({r.get("node") for r in ranks}) or 1
-    return Calibration(t_micro, optimizer, job_shape(scenario, model), f"dtpo run {run_dir} ({workers} worker(s), "
+    return Calibration(t_micro, optimizer, job, f"dtpo run {run_dir} ({workers} worker(s), "
                        f"{len(steps)} measured steps)", measured_gpus=workers, measured_nodes=nodes,
                        busy_power_w=power, assumptions=tuple(a for a in assumptions if a))
+
+
+MIN_JITTER_STEPS = 8
+"""Fewest measured steps per rank from which a run's compute jitter is read."""
+
+
+def compute_jitter_cv(ranks: list[dict[str, Any]], accum: int) -> float | None:
+    """One micro-batch's compute jitter in a dtpo run: per rank, the robust relative spread of its measured steps'
+    compute time (1.4826 x the median absolute deviation over the median, the standard deviation for normal
+    noise, unmoved by the odd slow step), the median over ranks, over ``sqrt(accum)`` (a step holds ``accum``
+    micro-batches); ``None`` with fewer than :data:`MIN_JITTER_STEPS` steps on every rank."""
+    spreads = []
+    for rank in ranks:
+        times = [float(s["compute_s"]) for s in rank.get("steps") or [] if not s.get("warmup") and "compute_s" in s]
+        if len(times) < MIN_JITTER_STEPS:
+            continue
+        middle = statistics.median(times)
+        if middle <= 0:
+            continue
+        mad = statistics.median(abs(t - middle) for t in times)
+        spreads.append(1.4826 * mad / middle)
+    if not spreads:
+        return None
+    return statistics.median(spreads) / math.sqrt(max(accum, 1))
 
 
 def _same_device(scenario: Scenario, device: str) -> bool:
@@ -242,9 +297,10 @@ def _from_run_flops(scenario: Scenario, run_dir: Path, record: dict[str, Any]) -
                           f"a datasheet peak for {scenario.gpu}")
     per_sample = float(flops) / (statistics.median(s["samples"] for s in steps))
     t_micro = per_sample * scenario.per_gpu_batch / (peak * ASSUMED_MFU)
-    return Calibration(t_micro, None, job_shape(scenario, model),
+    job = job_shape(scenario, model)
+    return Calibration(t_micro, None, job,
                        f"{per_sample:.3g} FLOPs per sample counted in dtpo run {run_dir} (on "
                        f"{ranks[0].get('device')}), at {ASSUMED_MFU:.0%} of the {spec.name if spec else ''} "
                        "datasheet peak (assumed MFU)",
-                       assumptions=(*_optimizer_assumption(scenario),
+                       assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job),
                                     f"MFU {ASSUMED_MFU:.0%} on {scenario.gpu} (the run measured another device)"))

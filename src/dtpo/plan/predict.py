@@ -85,9 +85,11 @@ def fabric_of(scenario: Scenario, inter_link: str | None = None) -> Fabric:
 
 
 def limiting_term(step: StepTime) -> str:
-    """What limits scaling: exposed communication or the optimizer step when either takes more than
-    :data:`LIMIT_SHARE` of the step, else compute."""
+    """What limits scaling: exposed communication, waiting for stragglers, communication slowing compute, or the
+    optimizer step when one takes more than :data:`LIMIT_SHARE` of the step, else compute."""
     shares = {"exposed communication": step.exposed_comm_s / step.step_s,
+              "waiting for the slowest GPU": step.sync_wait_s / step.step_s,
+              "communication slowing compute": step.interference_s / step.step_s,
               "optimizer step": step.optimizer_s / step.step_s}
     name, share = max(shares.items(), key=lambda kv: kv[1])
     if share > LIMIT_SHARE:

@@ -44,6 +44,13 @@ out; ``baseline`` and ``work`` each take one of the forms their rows offer)::
                                                                               (DDP buckets); false where it runs after
                                                                               backward (apex's post-accumulation
                                                                               all-reduce, parameter servers)
+    jitter_cv                      float in [0, 1]              0.02 / run    relative step-to-step spread of one
+                                                                              micro-batch's compute on one GPU: steps
+                                                                              wait for the slowest GPU (a run's own
+                                                                              when planning from one)
+    overlap_slowdown               float in [0, 1]              0.5           share of the communication hidden behind
+                                                                              backward that still delays it on GPUs
+                                                                              (NCCL kernels share the GPU)
     per_gpu_batch                  int > 0            sample    required      micro-batch per GPU
     grad_accum                     int >= 1 | table             1             micro-batches per optimizer step: one
                                                                               number, or one per GPU count, for every
@@ -266,6 +273,10 @@ class Scenario:
         grad_accum: One accumulation for every count, or ``((gpus, accumulation), ...)`` for each count of
             ``gpu_counts``, ascending; read it with :meth:`accum_at`.
         overlap: Whether the gradient all-reduce overlaps backward (DDP's buckets) or runs after it.
+        jitter_cv: Relative step-to-step spread of one micro-batch's compute on one GPU; ``None``: a run's
+            measured one, else :data:`dtpo.plan.step_model.DEFAULT_JITTER_CV`.
+        overlap_slowdown: Share of the hidden communication that still delays backward on GPUs; ``None``:
+            :data:`dtpo.plan.step_model.DEFAULT_OVERLAP_SLOWDOWN`.
         baseline: A measured throughput, run directory or compute time per sample; ``None``: use FLOPs.
         power: Power setting, node overhead and PUE.
         prices: GPU-hour and energy prices and grid carbon intensity.
@@ -288,6 +299,8 @@ class Scenario:
     powersgd_rank: int = 1
     grad_accum: int | tuple[tuple[int, int], ...] = 1
     overlap: bool = True
+    jitter_cv: float | None = None
+    overlap_slowdown: float | None = None
     baseline: Baseline | None = None
     power: PowerSection = field(default_factory=PowerSection)
     prices: Prices = field(default_factory=Prices)

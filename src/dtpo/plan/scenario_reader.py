@@ -31,7 +31,7 @@ from dtpo.plan.scenario import (
 
 _TOP_KEYS = ("gpu", "gpus_per_node", "gpu_counts", "intra_link", "inter_link", "nics_per_node",
              "fabric_efficiency", "model", "strategy", "precision", "compression", "powersgd_rank",
-             "per_gpu_batch", "grad_accum", "overlap", "baseline", "power", "prices", "work")
+             "per_gpu_batch", "grad_accum", "overlap", "jitter_cv", "overlap_slowdown", "baseline", "power", "prices", "work")
 _MODEL_KEYS = ("parameters", "gradient_bytes", "gradient_dtype", "flops_per_sample")
 _BASELINE_KEYS = ("gpus", "throughput", "run_dir", "compute_s_per_sample")
 _POWER_KEYS = ("setting", "node_overhead_w", "pue", "waiting_power_fraction", "busy_power_w")
@@ -140,6 +140,12 @@ class ScenarioReader:
         overlap = top.get("overlap", True)
         if not isinstance(overlap, bool):
             raise self.fail(f"overlap must be true or false, got {overlap!r}")
+        jitter = top.get("jitter_cv")
+        if jitter is not None:
+            jitter = self.number(jitter, "jitter_cv", low=0.0, high=1.0, what="a number in [0, 1]")
+        slowdown = top.get("overlap_slowdown")
+        if slowdown is not None:
+            slowdown = self.number(slowdown, "overlap_slowdown", low=0.0, high=1.0, what="a number in [0, 1]")
         baseline = self.baseline(top["baseline"]) if "baseline" in top else None
         if baseline is None and model.flops_per_sample is None:
             raise self.fail("needs baseline or model.flops_per_sample to know the compute time")
@@ -149,7 +155,7 @@ class ScenarioReader:
         return Scenario(gpu=gpu, gpu_counts=counts, model=model, per_gpu_batch=batch, gpus_per_node=gpus_per_node,
                         intra_link=intra, inter_link=inter, nics_per_node=nics, fabric_efficiency=efficiency,
                         strategy=strategy, precision=precision, compression=compression, powersgd_rank=rank,
-                        grad_accum=accum, overlap=overlap, baseline=baseline, power=power, prices=prices, work=work,
+                        grad_accum=accum, overlap=overlap, jitter_cv=jitter, overlap_slowdown=slowdown, baseline=baseline, power=power, prices=prices, work=work,
                         source=self.where)
 
     def gpu(self, value: object) -> str:

@@ -29,14 +29,26 @@ The step of a data-parallel job with ``k`` micro-batches per optimizer step (gra
   written) at the GPU's peak memory bandwidth. It does not shrink with more GPUs under DDP, which is why a
   fixed global batch with less accumulation per GPU loses efficiency.
 
-Not modelled: stragglers and jitter (the slowest of many GPUs), data loading, congestion with other jobs, and
-NCCL's pipelining of the hierarchical stages (the stages are added up).
+* **Contention on GPUs** (``JobShape.overlap_slowdown``): communication hidden behind backward is not free.
+  NCCL's kernels take SMs and memory bandwidth from the backward kernels they run beside, so backward is
+  delayed by ``overlap_slowdown`` times the hidden communication (``StepTime.interference_s`` too).
+* **Synchronisation with stragglers** (``JobShape.jitter_cv``): every GPU's compute time varies from step to
+  step (data, allocator, clocks, the host); a synchronous step waits for the slowest of ``n`` GPUs. With one
+  micro-batch's time varying by ``jitter_cv`` (relative standard deviation), independently across GPUs and
+  micro-batches, the ``k`` micro-batches between two synchronisations vary by ``jitter_cv x t_micro x sqrt(k)``
+  and the step waits :func:`expected_max_normal` ``(n)`` of those standard deviations for the slowest
+  (``StepTime.sync_wait_s``). DDP synchronises once per optimizer step, FSDP at every micro-batch.
+
+Not modelled: data loading, congestion with other jobs, and NCCL's pipelining of the hierarchical stages (the
+stages are added up).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from dtpo.plan.collectives import LinkCost, all_reduce, all_reduce_host_cpu, fsdp_step_comm, wire_bytes
 from dtpo.plan.interconnect import Link
@@ -47,6 +59,30 @@ BACKWARD_SHARE = 2.0 / 3.0
 
 OPTIMIZER_BYTES_PER_PARAM = 32.0
 """Memory traffic of one AdamW step per float32 parameter: parameter, gradient, two moments, read and written."""
+
+DEFAULT_JITTER_CV = 0.02
+"""Relative standard deviation of one micro-batch's compute time assumed where nothing measured it (a dtpo run
+measures it: :func:`dtpo.plan.calibration.from_run`). Real input pipelines, Python and host noise give 1-5 %;
+synthetic data on a quiet node less."""
+
+DEFAULT_OVERLAP_SLOWDOWN = 0.5
+"""Share of the communication hidden behind backward that still delays it on GPUs (NCCL's kernels share the SMs
+and memory bandwidth with backward's), assumed where nothing measured it."""
+
+
+@functools.lru_cache(maxsize=256)
+def expected_max_normal(n: int) -> float:
+    """Expected maximum of ``n`` independent standard normal variables, ``integral of x n phi(x) Phi(x)^(n-1)``
+    (midpoint rule over +-10 standard deviations, 4,000 points: exact to 1e-6); 0 for one."""
+    if n <= 1:
+        return 0.0
+    normal, points, width = NormalDist(), 4000, 20.0
+    dx = width / points
+    total = 0.0
+    for i in range(points):
+        x = -width / 2 + (i + 0.5) * dx
+        total += x * n * normal.pdf(x) * normal.cdf(x) ** (n - 1)
+    return total * dx
 
 
 @dataclass(frozen=True)
@@ -90,6 +126,8 @@ class JobShape:
         param_bytes: Bytes of the parameters FSDP gathers (their compute dtype).
         overlap: Whether DDP's all-reduce overlaps the last backward (``False``: it starts after backward).
         compute_on_host: The job computes on the host's CPU cores, which also run the collectives' CPU work.
+        jitter_cv: Relative standard deviation of one micro-batch's compute time on one GPU (stragglers).
+        overlap_slowdown: Share of the hidden communication that still delays backward (GPU contention).
     """
 
     gradient_bytes: float
@@ -102,6 +140,8 @@ class JobShape:
     param_bytes: float | None = None
     overlap: bool = True
     compute_on_host: bool = False
+    jitter_cv: float = 0.0
+    overlap_slowdown: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -116,7 +156,9 @@ class StepTime:
         comm_s: Communication of the step, hidden or not.
         exposed_comm_s: Communication not hidden behind compute.
         optimizer_s: The optimizer step.
-        interference_s: Backward delayed by the collectives' CPU work on the cores that compute (CPU jobs).
+        interference_s: Backward delayed by the collectives sharing what computes: their CPU work on a CPU job's
+            cores, their kernels' share of a GPU (counted in ``compute_s``).
+        sync_wait_s: Waiting for the slowest GPU at the step's synchronisations (stragglers).
     """
 
     gpus: int
@@ -127,11 +169,12 @@ class StepTime:
     exposed_comm_s: float
     optimizer_s: float
     interference_s: float = 0.0
+    sync_wait_s: float = 0.0
 
     @property
     def step_s(self) -> float:
         """Wall time of the step."""
-        return self.compute_s + self.exposed_comm_s + self.optimizer_s
+        return self.compute_s + self.exposed_comm_s + self.optimizer_s + self.sync_wait_s
 
 
 def optimizer_seconds(parameters: float, memory_bandwidth_Bps: float | None, shards: int = 1) -> float:
@@ -163,18 +206,22 @@ def step_time(gpus: int, gpus_per_node: int, t_micro_s: float, grad_accum: int, 
     if gpus == 1:
         return StepTime(gpus, nodes, grad_accum, compute, 0.0, 0.0, optimizer_s)
     inter = fabric.inter_cost if nodes > 1 else None
+    slowest = job.jitter_cv * t_micro_s * expected_max_normal(gpus)
     if job.strategy == "fsdp":
         params = job.param_bytes if job.param_bytes is not None else job.gradient_bytes
         parts = fsdp_step_comm(params, job.gradient_bytes, per_node, nodes, fabric.intra_cost, inter)
         per_micro = parts.forward_all_gather_s + parts.backward_all_gather_s
         comm = grad_accum * per_micro + parts.reduce_scatter_s
         exposed = grad_accum * max(0.0, per_micro - t_micro_s) + parts.reduce_scatter_s * (1.0 - BACKWARD_SHARE)
-        return StepTime(gpus, nodes, grad_accum, compute, comm, exposed, optimizer_s)
+        interference = _contention(job, comm - exposed)
+        return StepTime(gpus, nodes, grad_accum, compute + interference, comm, exposed, optimizer_s, interference,
+                        grad_accum * slowest)  # FSDP's gathers synchronise every micro-batch
+    sync_wait = slowest * math.sqrt(grad_accum)  # DDP synchronises once, after k micro-batches of their own
     on_wire = wire_bytes(job.gradient_bytes, job.compression, job.powersgd_rank,
                          job.matrix_shapes if job.compression == "powersgd" else None)
     if not job.overlap:  # one flattened all-reduce after backward (apex's post-accumulation all-reduce)
         comm = all_reduce(on_wire, per_node, nodes, fabric.intra_cost, inter, algorithm="auto")
-        return StepTime(gpus, nodes, grad_accum, compute, comm, comm, optimizer_s)
+        return StepTime(gpus, nodes, grad_accum, compute, comm, comm, optimizer_s, sync_wait_s=sync_wait)
     sizes = _buckets(job, on_wire)
     # every bucket is an all-reduce of its own (one NCCL call each), so each pays the collective's latency terms
     per_bucket = [all_reduce(size, per_node, nodes, fabric.intra_cost, inter, algorithm="auto") for size in sizes]
@@ -182,9 +229,18 @@ def step_time(gpus: int, gpus_per_node: int, t_micro_s: float, grad_accum: int, 
     ready, _ = uniform_buckets(backward, len(sizes), 0.0, bucket_bytes=sizes)
     exposed = exposed_comm(ready, per_bucket, backward_end_s=backward)
     comm = sum(per_bucket)
+    hidden = comm - exposed
     interference = 0.0
-    if job.compute_on_host and comm > exposed:
+    if job.compute_on_host and hidden > 0:
         cpu = sum(all_reduce_host_cpu(size, per_node, nodes, fabric.intra_cost, inter) for size in sizes)
-        hidden = comm - exposed
         interference = min(hidden, cpu * hidden / comm)
-    return StepTime(gpus, nodes, grad_accum, compute + interference, comm, exposed, optimizer_s, interference)
+    elif not job.compute_on_host:
+        interference = _contention(job, hidden)
+    return StepTime(gpus, nodes, grad_accum, compute + interference, comm, exposed, optimizer_s, interference,
+                    sync_wait)
+
+
+def _contention(job: JobShape, hidden_s: float) -> float:
+    """How long communication hidden behind compute delays that compute on GPUs (``JobShape.overlap_slowdown``);
+    a CPU job's delay is its collectives' measured CPU work instead."""
+    return 0.0 if job.compute_on_host else job.overlap_slowdown * max(hidden_s, 0.0)
