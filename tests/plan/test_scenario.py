@@ -117,6 +117,7 @@ def test_full_toml_keeps_every_field(tmp_path: Path) -> None:
     assert scenario.gpus_per_node == 4 and scenario.gpu_counts == (2, 4, 8, 16)
     assert (scenario.intra_link, scenario.inter_link, scenario.nics_per_node) == ("nvlink3", "ib-hdr", 2)
     assert scenario.fabric_efficiency == 0.8
+    assert scenario.jitter_cv is None and scenario.overlap_slowdown is None  # the planner's defaults
     assert (scenario.compression, scenario.powersgd_rank, scenario.precision) == ("powersgd", 2, "16-mixed")
     assert scenario.model.gradient_size_bytes == 680_000_000 and scenario.model.flops_per_sample == 2.0e12
     assert scenario.baseline is not None and scenario.baseline.kind == "compute_s_per_sample"
@@ -245,6 +246,8 @@ BAD = [
     ("nics 0", put(0, "nics_per_node"), "nics_per_node must be a positive integer, got 0"),
     ("efficiency 0", put(0, "fabric_efficiency"), "fabric_efficiency must be a number in (0, 1], got 0"),
     ("efficiency 1.5", put(1.5, "fabric_efficiency"), "fabric_efficiency must be a number in (0, 1], got 1.5"),
+    ("jitter negative", put(-0.1, "jitter_cv"), "jitter_cv must be a number in [0, 1], got -0.1"),
+    ("slowdown text", put("half", "overlap_slowdown"), "overlap_slowdown must be a number in [0, 1], got 'half'"),
     # model
     ("negative parameters", put(-3, "model", "parameters"), "model.parameters must be a positive integer, got -3"),
     ("fractional parameters", put(2.5, "model", "parameters"), "model.parameters must be a positive integer"),

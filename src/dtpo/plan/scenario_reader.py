@@ -31,7 +31,8 @@ from dtpo.plan.scenario import (
 
 _TOP_KEYS = ("gpu", "gpus_per_node", "gpu_counts", "intra_link", "inter_link", "nics_per_node",
              "fabric_efficiency", "model", "strategy", "precision", "compression", "powersgd_rank",
-             "per_gpu_batch", "grad_accum", "overlap", "jitter_cv", "overlap_slowdown", "baseline", "power", "prices", "work")
+             "per_gpu_batch", "grad_accum", "overlap", "jitter_cv", "overlap_slowdown", "baseline", "power", "prices",
+             "work")
 _MODEL_KEYS = ("parameters", "gradient_bytes", "gradient_dtype", "flops_per_sample")
 _BASELINE_KEYS = ("gpus", "throughput", "run_dir", "compute_s_per_sample")
 _POWER_KEYS = ("setting", "node_overhead_w", "pue", "waiting_power_fraction", "busy_power_w")
@@ -155,7 +156,8 @@ class ScenarioReader:
         return Scenario(gpu=gpu, gpu_counts=counts, model=model, per_gpu_batch=batch, gpus_per_node=gpus_per_node,
                         intra_link=intra, inter_link=inter, nics_per_node=nics, fabric_efficiency=efficiency,
                         strategy=strategy, precision=precision, compression=compression, powersgd_rank=rank,
-                        grad_accum=accum, overlap=overlap, jitter_cv=jitter, overlap_slowdown=slowdown, baseline=baseline, power=power, prices=prices, work=work,
+                        grad_accum=accum, overlap=overlap, jitter_cv=jitter, overlap_slowdown=slowdown,
+                        baseline=baseline, power=power, prices=prices, work=work,
                         source=self.where)
 
     def gpu(self, value: object) -> str:
