@@ -4,94 +4,25 @@ worse, sizing warm-ups from observed settling, starting from a saved profile, an
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
-import numpy as np
 import pytest
+from synthetic_tuning_job import (
+    BEST,
+    DEFAULT,
+    LIMITS,
+    STEP_S,
+    SyntheticJob,
+    collapse,
+    make_tuner,
+    on_grid,
+    run_until_hold,
+    slowdown_tuner,
+)
 
-from dtpo.tune.cost import CostContext, CostMetric, Energy, MaxSlowdown
-from dtpo.tune.knob import Knob, power_limit_between
+from dtpo.tune.cost import CostMetric, Energy, MaxSlowdown
 from dtpo.tune.setting import GpuSetting
-from dtpo.tune.stats import Block, SettingStats
+from dtpo.tune.stats import Block
 from dtpo.tune.tuner import Phase, PowerTuner, TunerOptions
-
-# A made-up job on a 300 W GPU: seconds per step and settled board power at each power limit. Energy per step
-# (J): 300 W 50.0, 275 W 50.0, 250 W 48.5, 225 W 44.3, 200 W 40.9, 175 W 40.0 (the least), 150 W 42.2,
-# 125 W 45.0, 100 W 50.0.
-STEP_S = {300.0: 0.200, 275.0: 0.200, 250.0: 0.202, 225.0: 0.206, 200.0: 0.215, 175.0: 0.235, 150.0: 0.285,
-          125.0: 0.360, 100.0: 0.500}
-POWER_W = {300.0: 250.0, 275.0: 250.0, 250.0: 240.0, 225.0: 215.0, 200.0: 190.0, 175.0: 170.0, 150.0: 148.0,
-           125.0: 125.0, 100.0: 100.0}
-LIMITS = sorted(STEP_S, reverse=True)
-DEFAULT = GpuSetting(300.0)
-BEST = GpuSetting(175.0)
-BATCH = 32
-CONTEXT = CostContext(gpus=1, max_power_w=300.0)
-
-
-def by_limit(base: GpuSetting) -> list[GpuSetting]:
-    """The power-limit knob: the setting chosen so far first, then the rest of the grid from the top."""
-    return [base, *(GpuSetting(limit) for limit in LIMITS if limit != base.power_limit_w)]
-
-
-def on_grid(values: dict[float, float], limit: float) -> float:
-    """``values`` at ``limit``, linear between the grid's limits (a limit off the grid, as a refined search picks)."""
-    grid = sorted(values)
-    return float(np.interp(limit, grid, [values[g] for g in grid]))
-
-
-class SyntheticJob:
-    """Blocks of the made-up job at whatever setting the tuner asks for.
-
-    After each change the power overshoots its settled level and decays back:
-    ``power = level * (1 + overshoot * exp(-t / tau))`` with ``t`` seconds since the change (the energy of a
-    block is that integrated over the block). Time and level carry seeded relative noise ``noise`` per step.
-    ``scale`` multiplies the power (a job that drifts).
-    """
-
-    def __init__(self, overshoot: float = 0.0, tau_s: float = 0.3, noise: float = 0.01, seed: int = 0) -> None:
-        self.overshoot, self.tau_s, self.noise = overshoot, tau_s, noise
-        self.rng = np.random.default_rng(seed)
-        self.scale = 1.0
-        self.setting: GpuSetting | None = None
-        self.since_s = 0.0
-
-    def block(self, setting: GpuSetting, steps: int) -> Block:
-        if setting != self.setting:
-            self.setting, self.since_s = setting, 0.0
-        limit = setting.power_limit_w
-        spread = self.noise / math.sqrt(steps)
-        time_s = on_grid(STEP_S, limit) * steps * (1.0 + spread * self.rng.standard_normal())
-        level = on_grid(POWER_W, limit) * self.scale * (1.0 + spread * self.rng.standard_normal())
-        t0, t1 = self.since_s, self.since_s + time_s
-        excess = self.overshoot * self.tau_s * (math.exp(-t0 / self.tau_s) - math.exp(-t1 / self.tau_s))
-        self.since_s = t1
-        return Block(steps, steps * BATCH, time_s, level * (time_s + excess))
-
-    def stats(self, setting: GpuSetting, blocks: int = 10) -> SettingStats:
-        """Measured figures of ``setting`` as a saved profile holds them."""
-        return SettingStats(setting, [self.block(setting, 1) for _ in range(blocks)])
-
-
-def make_tuner(metric: CostMetric | None = None, options: TunerOptions | None = None) -> PowerTuner:
-    return PowerTuner([by_limit], metric or Energy(), CONTEXT, DEFAULT, options)
-
-
-def run_until_hold(tuner: PowerTuner, job: SyntheticJob, max_steps: int = 2_000,
-                   each: Callable[[PowerTuner], None] | None = None) -> list[str]:
-    """Feed blocks until the tuner holds; the phase after each block."""
-    phases = []
-    while not tuner.holding:
-        assert tuner.steps < max_steps, "the tuner never held a choice"
-        tuner.feed(job.block(tuner.current, tuner.block_steps))
-        phases.append(tuner.phase.value)
-        if each is not None:
-            each(tuner)
-    return phases
-
-
-def collapse(values: list[str]) -> list[str]:
-    return [v for i, v in enumerate(values) if i == 0 or v != values[i - 1]]
 
 
 def test_phases_come_in_order_and_the_best_setting_is_held() -> None:
@@ -294,115 +225,6 @@ def test_a_noisy_race_spends_its_steps_on_the_contenders() -> None:
     far = sum(steps.get(w, 0) for w in (275.0, 125.0, 100.0))
     assert contenders > 3 * far
     assert tuner.choice in (GpuSetting(200.0), GpuSetting(175.0))  # within 2.5 % of the least energy
-
-
-def slowdown_tuner(factor: float, options: TunerOptions | None = None, between: bool = True) -> PowerTuner:
-    """A tuner for ``MaxSlowdown(factor)`` whose power-limit knob can (or cannot) name limits between its grid's."""
-    knob = Knob("power-limit", by_limit, between=power_limit_between if between else None)
-    return PowerTuner([knob], MaxSlowdown(factor), CONTEXT, DEFAULT, options)
-
-
-def test_a_slowdown_search_moves_its_choice_off_the_grid_towards_the_bound() -> None:
-    # at most 15 % slower than 300 W's 0.200 s: on the grid 200 W (0.215 s, 7.5 % slower) is the least energy
-    # allowed and 175 W (0.235 s) is too slow; in between, time and power run linearly (186 W reaches 0.230 s):
-    # the search measures a limit between 200 and 175 W, short of the bound by a margin for its noise, and holds
-    # it once it is fast enough with that margin; 175 W stays in the race until its own figures rule it out
-    tuner = slowdown_tuner(1.15)
-    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
-    choice = tuner.choice
-    assert choice is not None and 175.0 < choice.power_limit_w < 200.0
-    assert on_grid(STEP_S, choice.power_limit_w) <= 1.15 * STEP_S[300.0]
-    energy = {w: on_grid(STEP_S, w) * on_grid(POWER_W, w) for w in (choice.power_limit_w, 200.0)}
-    assert energy[choice.power_limit_w] < energy[200.0]
-    rows = {row["power_limit_w"]: row for row in tuner.report()["settings"]}
-    assert rows[175.0]["status"] == "infeasible" and "allowed slowdown" in rows[175.0]["reason"]
-    assert rows[choice.power_limit_w]["status"] == "chosen"
-    assert any("towards the allowed slowdown" in line for line in tuner.history)
-
-
-def test_one_far_too_slow_setting_right_below_the_default_does_not_end_the_search(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # a zigzag as small jobs measure it: 275 W takes 0.260 s (30 % slower than 300 W, far past a 10 % bound), yet
-    # 250 W and below are as in the made-up job; one slow setting is no evidence that every lower one is slower,
-    # so the search goes on down and holds a setting within the bound that uses less energy than 300 W
-    monkeypatch.setitem(STEP_S, 275.0, 0.260)
-    tuner = slowdown_tuner(1.1)
-    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
-    choice = tuner.choice
-    assert choice is not None and choice.power_limit_w <= 225.0
-    assert on_grid(STEP_S, choice.power_limit_w) <= 1.1 * STEP_S[300.0]
-    rows = {row["power_limit_w"]: row for row in tuner.report()["settings"]}
-    assert rows[275.0]["status"] == "infeasible"
-    assert not any(row["status"] == "pruned" and "far slower" in row["reason"] for row in rows.values())
-
-
-@pytest.mark.parametrize("how", ["no boundary points, no interpolation", "knob without between"])
-def test_a_slowdown_search_stays_on_the_grid_when_told_or_when_the_knob_cannot(how: str) -> None:
-    if how == "no boundary points, no interpolation":
-        tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0, interpolate_choice=False))
-    else:
-        tuner = slowdown_tuner(1.15, between=False)
-    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
-    assert tuner.choice == GpuSetting(200.0)
-    assert all(row["power_limit_w"] in STEP_S for row in tuner.report()["settings"])
-
-
-def test_with_no_setting_placed_the_search_still_ends_between_candidates_near_the_bound() -> None:
-    # nothing is placed between grid limits (boundary_points=0): the search measures only the grid, then holds
-    # the limit between 200 W and 175 W where their chord reaches the 15 % bound less its margin; the report marks
-    # it read off the chord, with no steps of its own
-    tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0))
-    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=3))
-    choice = tuner.choice
-    assert choice is not None and 175.0 < choice.power_limit_w < 200.0
-    assert on_grid(STEP_S, choice.power_limit_w) <= 1.15 * STEP_S[300.0]
-    rows = {row["power_limit_w"]: row for row in tuner.report()["settings"]}
-    row = rows[choice.power_limit_w]
-    assert row["status"] == "chosen" and row["steps"] == 0 and row.get("interpolated")
-    assert "interpolated between 200 W and 175 W" in row["reason"]
-    assert on_grid(STEP_S, 200.0) < row["time_per_sample_s"] * BATCH < on_grid(STEP_S, 175.0)
-    assert list(rows) == sorted(rows, reverse=True)
-
-
-def test_an_interpolated_choice_that_proves_too_slow_while_held_gives_way_to_the_setting_above(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # between 200 W and 175 W this job is as slow as at 175 W (the chord of the two says otherwise): the search
-    # holds a limit between them, measures it while it trains, finds it too slow and holds 200 W instead
-    for watt in range(176, 200):
-        monkeypatch.setitem(STEP_S, float(watt), STEP_S[175.0])
-    tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0))
-    job = SyntheticJob(noise=0.01, seed=3)
-    run_until_hold(tuner, job)
-    interpolated = tuner.choice
-    assert interpolated is not None and 175.0 < interpolated.power_limit_w < 200.0
-    for _ in range(3):
-        tuner.feed(job.block(tuner.current, tuner.block_steps))
-    assert tuner.holding and tuner.choice == GpuSetting(200.0) and tuner.current == GpuSetting(200.0)
-    rows = {row["power_limit_w"]: row for row in tuner.report()["settings"]}
-    assert rows[interpolated.power_limit_w]["status"] == "infeasible"
-    assert rows[interpolated.power_limit_w]["steps"] > 0  # measured while held
-    assert rows[200.0]["status"] == "chosen"
-    assert any("too slow while held" in line for line in tuner.history)
-
-
-def test_an_interpolated_choice_that_holds_up_stays() -> None:
-    tuner = slowdown_tuner(1.15, TunerOptions(boundary_points=0))
-    job = SyntheticJob(noise=0.01, seed=3)
-    run_until_hold(tuner, job)
-    interpolated = tuner.choice
-    for _ in range(3):
-        tuner.feed(job.block(tuner.current, tuner.block_steps))
-    assert tuner.choice == interpolated and tuner.current == interpolated
-
-
-def test_a_setting_between_that_is_not_surely_fast_enough_is_not_chosen() -> None:
-    # a bound just past 200 W (0.215 s against 0.2156 s allowed) leaves no room below 200 W for a measured margin,
-    # and at 1 % noise 200 W itself is not surely within it: whatever the search looks at between grid limits, it
-    # holds a setting above 200 W, within the bound
-    tuner = slowdown_tuner(1.078)
-    run_until_hold(tuner, SyntheticJob(noise=0.01, seed=5))
-    assert tuner.choice is not None and tuner.choice.power_limit_w >= 200.0
-    assert on_grid(STEP_S, tuner.choice.power_limit_w) <= 1.078 * STEP_S[300.0]
 
 
 def test_a_saved_profile_holds_a_setting_between_candidates_only_when_surely_allowed() -> None:
