@@ -152,6 +152,9 @@ def test_a_calibration_from_a_measured_throughput_reproduces_it() -> None:
     assert quiet.calibration.t_micro_s > result.calibration.t_micro_s
     assert quiet.predictions[-1].scaling_efficiency > result.predictions[-1].scaling_efficiency
     assert any("varies by 0.0%" in a and "given" in a for a in quiet.assumptions)
+    # energy covers the whole step, the wait for the slowest GPU included (at waiting power)
+    assert result.predictions[-1].step.sync_wait_s > 0
+    assert all(p.energy.step_s == pytest.approx(p.step.step_s) for p in result.predictions)
     # a slower fabric can only lose throughput beyond one node
     roce = plan(scenario, "roce-100g", result.calibration)
     assert roce.predictions[0].throughput == pytest.approx(result.predictions[0].throughput)

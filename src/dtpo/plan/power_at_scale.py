@@ -2,7 +2,8 @@
 
 The planner predicts, per optimizer step, how long the GPUs compute and how much communication is left
 exposed (not hidden behind compute). This module turns that into energy: every GPU draws its *busy* power
-while computing and its *waiting* power while the step waits on exposed communication; every node draws its
+while computing and its *waiting* power while the step waits on exposed communication (or on the slowest GPU:
+the planner passes both as ``exposed_comm_s``); every node draws its
 overhead (CPUs, memory, NICs, switches, fans) for the whole step; the facility's PUE multiplies it all::
 
     step_s    = compute_s + exposed_comm_s
@@ -198,7 +199,8 @@ def step_energy(compute_s: float, exposed_comm_s: float, gpus: int, gpus_per_nod
 
     Args:
         compute_s: Time the GPUs compute in one step (all micro-batches), in seconds.
-        exposed_comm_s: Communication time not hidden behind compute, in seconds.
+        exposed_comm_s: Time the GPUs wait in one step: communication not hidden behind compute (and, from the
+            planner, waiting for the slowest GPU), in seconds.
         gpus: GPUs in the job.
         gpus_per_node: GPUs per node.
         samples_per_step: Training samples in one step (per-GPU batch x accumulation x GPUs).

@@ -127,7 +127,9 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
     for step in steps:
         samples = priced.samples_per_step(step.gpus)
         throughput = samples / step.step_s
-        energy = scenario_step_energy(priced, step.gpus, step.compute_s + step.optimizer_s, step.exposed_comm_s)
+        # waiting for the slowest GPU draws what waiting on the network does (NCCL's kernels spin either way)
+        energy = scenario_step_energy(priced, step.gpus, step.compute_s + step.optimizer_s,
+                                      step.exposed_comm_s + step.sync_wait_s)
         cost = price(priced.work.total_samples, throughput, energy, priced.prices) if priced.work else None
         beyond = calibration.measured_gpus is not None and (
             step.gpus > calibration.measured_gpus or step.nodes > (calibration.measured_nodes or 1))
