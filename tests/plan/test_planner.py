@@ -186,6 +186,25 @@ def _write_run(run_dir: Path, device: str = "cpu", model: bool = True) -> None:
     (run_dir / "record.json").write_text(json.dumps(record))
 
 
+def test_the_deadline_weighs_lower_power_limits_when_energy_is_what_costs() -> None:
+    # an owned cluster pays only for energy: a lower limit is slower, but draws less for the same work
+    owned = _scenario(prices={"per_gpu_hour": 0.0, "per_kwh": 0.15})
+    pick = cheapest(owned, deadline_h=24.0)
+    assert pick.power_limit_w is not None and pick.power_limit_w < 700.0
+    assert "H100-SXM model" in pick.power_note and "bert_base_uncased/squad" in pick.power_note
+    at_max = [p.cost.total for link in ("ib-ndr", "roce-100g", "ib-hdr", "eth-25g-tcp")
+              for p in plan(owned, link).predictions if p.cost is not None and p.cost.hours <= 24.0]
+    assert pick.prediction.cost is not None and pick.prediction.cost.total is not None
+    assert pick.prediction.cost.total < min(c for c in at_max if c is not None)
+    # the slower step at that limit is the model's, on compute only
+    max_pick = plan(owned, pick.inter_link).predictions
+    same = next(p for p in max_pick if p.gpus == pick.prediction.gpus)
+    assert pick.prediction.step.compute_s > same.step.compute_s
+    assert pick.prediction.step.comm_s == pytest.approx(same.step.comm_s)
+    # renting by the hour, time is money: the maximum limit is the cheapest
+    assert cheapest(_scenario(), deadline_h=5.0).power_limit_w is None
+
+
 def test_a_run_record_gives_compute_optimizer_gradient_and_power(tmp_path: Path) -> None:
     _write_run(tmp_path / "run")
     scenario = Scenario.from_dict({"gpu": "cpu", "gpu_counts": [2, 4], "gpus_per_node": 2, "per_gpu_batch": 32,

@@ -291,6 +291,7 @@ BAD = [
     ("power limit above range", put(900, "power", "setting"), "power.setting 900 W is outside"),
     ("node overhead negative", put(-1, "power", "node_overhead_w"), "power.node_overhead_w must be a number >= 0"),
     ("pue below 1", put(0.9, "power", "pue"), "power.pue must be a number >= 1, got 0.9"),
+    ("untraced workload", put("gpt3/pile", "power", "workload"), "power.workload must be one of bert_base_uncased"),
     ("waiting fraction", put(1.5, "power", "waiting_power_fraction"),
      "power.waiting_power_fraction must be a number in [0, 1], got 1.5"),
     ("busy power 0", put(0, "power", "busy_power_w"), "power.busy_power_w must be a positive number"),

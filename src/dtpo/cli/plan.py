@@ -170,9 +170,12 @@ def plan_command(
         assert cost is not None
         what = f"within {deadline:g} h, the cheapest" if deadline is not None else f"within a budget of {budget:g}, " \
             "the fastest"
+        limit = "" if pick.power_limit_w is None else f" at a {pick.power_limit_w:g} W power limit"
+        money = f"cost {cost.total:,.2f}" if cost.total is not None else "no prices"
         console.print(f"{what}: {pick.prediction.gpus} GPUs ({pick.prediction.step.nodes} nodes) on "
-                      f"{pick.inter_link}: {cost.hours:,.2f} h, {cost.kwh:,.1f} kWh, cost "
-                      f"{cost.total:,.2f}" if cost.total is not None else f"{cost.kwh:,.1f} kWh", markup=False)
+                      f"{pick.inter_link}{limit}: {cost.hours:,.2f} h, {cost.kwh:,.1f} kWh, {money}", markup=False)
+        if pick.power_note:
+            console.print(f"- {pick.power_note}", markup=False, highlight=False)
     if plot is not None:
         write_plot(results, plot)
         console.print(f"plot: {plot}")

@@ -19,7 +19,8 @@ from dataclasses import dataclass, replace
 from dtpo.core.errors import ConfigError
 from dtpo.plan.calibration import Calibration, calibrate, modelled_optimizer_s
 from dtpo.plan.interconnect import CATALOGUE, find_link
-from dtpo.plan.power_at_scale import Cost, StepEnergy, price, scenario_step_energy
+from dtpo.plan.power_at_scale import Cost, StepEnergy, gpu_power, price, scenario_step_energy
+from dtpo.plan.power_setting import LimitEffect, limit_model
 from dtpo.plan.scenario import Scenario
 from dtpo.plan.step_model import Fabric, StepTime, step_time
 
@@ -158,15 +159,40 @@ class Choice:
     Attributes:
         inter_link: The inter-node link.
         prediction: Its prediction.
+        power_limit_w: The GPUs' power limit (``None``: the scenario's setting).
+        power_note: Where the power limit's effect comes from, in words (empty at the scenario's setting).
     """
 
     inter_link: str
     prediction: Prediction
+    power_limit_w: float | None = None
+    power_note: str = ""
+
+
+def _at_limits(scenario: Scenario, calibration: Calibration) -> list[tuple[Scenario, Calibration, LimitEffect | None,
+                                                                           str]]:
+    """The scenario at its own power setting, and at every other limit of its GPU's power model: the compute
+    time and busy power scaled as :mod:`dtpo.plan.power_setting` says."""
+    variants: list[tuple[Scenario, Calibration, LimitEffect | None, str]] = [(scenario, calibration, None, "")]
+    if scenario.is_cpu:
+        return variants
+    model = limit_model(scenario.gpu, scenario.power.workload, scenario.power.power_limit_w)
+    if model is None:
+        return variants
+    busy = gpu_power(scenario.gpu, scenario.power).busy_w
+    for effect in model.effects:
+        if effect.power_limit_w == scenario.power.power_limit_w:
+            continue
+        power = replace(scenario.power, setting=effect.power_limit_w, busy_power_w=busy * effect.power_factor)
+        scaled = replace(calibration, t_micro_s=calibration.t_micro_s * effect.time_factor)
+        variants.append((replace(scenario, power=power), scaled, effect, model.note))
+    return variants
 
 
 def cheapest(scenario: Scenario, deadline_h: float | None = None, budget: float | None = None) -> Choice:
     """The cheapest configuration that finishes the scenario's work within ``deadline_h`` hours, or the fastest
-    that costs at most ``budget``; over the scenario's GPU counts and every inter-node link.
+    that costs at most ``budget``; over the scenario's GPU counts, every inter-node link and, where the GPU has a
+    power model, every power limit (:mod:`dtpo.plan.power_setting`).
 
     Raises:
         ConfigError: No work or prices to judge by, or nothing meets the limit.
@@ -178,7 +204,9 @@ def cheapest(scenario: Scenario, deadline_h: float | None = None, budget: float 
     calibration = calibrate(scenario, fabric_of(scenario))
     links = [scenario.inter_link, *(n for n, link in CATALOGUE.items()
                                     if link.kind == "inter" and n != scenario.inter_link)]
-    options = [Choice(link, p) for link in links for p in plan(scenario, link, calibration).predictions]
+    options = [Choice(link, p, None if effect is None else effect.power_limit_w, note)
+               for variant, cal, effect, note in _at_limits(scenario, calibration)
+               for link in links for p in plan(variant, link, cal).predictions]
     assert all(o.prediction.cost is not None for o in options)
 
     def money(o: Choice) -> float:

@@ -74,6 +74,9 @@ out; ``baseline`` and ``work`` each take one of the forms their rows offer)::
                                                                               communication / busy power
     power.busy_power_w             float > 0          W         -             measured power of one GPU (or CPU worker)
                                                                               while computing
+    power.workload                 str                          "bert_base_   traced workload whose GPU-model constants
+                                                                uncased/      stand in for this job's when --deadline /
+                                                                squad"        --budget weigh lower power limits
     prices.per_gpu_hour            float >= 0         $/GPU-h   -             price of one GPU for one hour
     prices.per_kwh                 float >= 0         $/kWh     -             price of one kWh at the facility meter
     prices.grid_g_co2_per_kwh      float >= 0         g/kWh     475.0         carbon intensity of the electricity (see
@@ -194,6 +197,8 @@ class PowerSection:
             power; ``None``: estimated from the GPU's idle power (see :mod:`dtpo.plan.power_at_scale`).
         busy_power_w: Measured GPU (or CPU worker) power while computing; ``None``: estimated from the GPU's
             maximum power.
+        workload: Traced workload standing in for this job in the GPU model when lower power limits are weighed
+            (:mod:`dtpo.plan.power_setting`); ``None``: its default.
     """
 
     setting: str | float = "max"
@@ -201,6 +206,7 @@ class PowerSection:
     pue: float = 1.0
     waiting_power_fraction: float | None = None
     busy_power_w: float | None = None
+    workload: str | None = None
 
     @property
     def power_limit_w(self) -> float | None:

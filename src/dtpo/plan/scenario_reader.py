@@ -13,6 +13,7 @@ from typing import Any
 from dtpo.core.config import COMPRESSIONS, PRECISIONS, STRATEGIES
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RECORD_FILE
+from dtpo.devices.physics.gpu_model import known_workloads
 from dtpo.plan.interconnect import find_link
 from dtpo.plan.scenario import (
     CPU,
@@ -35,7 +36,7 @@ _TOP_KEYS = ("gpu", "gpus_per_node", "gpu_counts", "intra_link", "inter_link", "
              "work")
 _MODEL_KEYS = ("parameters", "gradient_bytes", "gradient_dtype", "flops_per_sample")
 _BASELINE_KEYS = ("gpus", "throughput", "run_dir", "compute_s_per_sample")
-_POWER_KEYS = ("setting", "node_overhead_w", "pue", "waiting_power_fraction", "busy_power_w")
+_POWER_KEYS = ("setting", "node_overhead_w", "pue", "waiting_power_fraction", "busy_power_w", "workload")
 _PRICES_KEYS = ("per_gpu_hour", "per_kwh", "grid_g_co2_per_kwh")
 _WORK_KEYS = ("samples", "epochs", "dataset_samples")
 
@@ -265,8 +266,13 @@ class ScenarioReader:
         elif gpu == CPU:
             raise self.fail("power.busy_power_w is required with gpu 'cpu' (a CPU has no power model here: give "
                             "the measured power of one worker)")
+        workload = table.get("workload")
+        if workload is not None:
+            known = known_workloads()
+            if not isinstance(workload, str) or workload not in known:
+                raise self.fail(f"power.workload must be one of {', '.join(known)}, got {workload!r}")
         return PowerSection(setting=setting, node_overhead_w=overhead, pue=pue, waiting_power_fraction=fraction,
-                            busy_power_w=busy)
+                            busy_power_w=busy, workload=workload)
 
     def check_limit(self, limit: float, gpu: str) -> None:
         """A power limit must lie in the GPU's settable range (or at most its datasheet power)."""
