@@ -288,8 +288,23 @@ def test_dtpo_plan_prints_the_table_the_assumptions_and_writes_the_plot(tmp_path
     assert "ib-ndr" in out and "roce-100g" in out and "limited by" in out and "assumed" in out
     assert "within 10 h, the cheapest" in out
     assert (tmp_path / "plan.png").stat().st_size > 1000
-    plans = json.loads((tmp_path / "plan.json").read_text())["plans"]
-    assert [p["inter_link"] for p in plans] == ["ib-ndr", "roce-100g"]
+    data = json.loads((tmp_path / "plan.json").read_text())
+    assert [p["inter_link"] for p in data["plans"]] == ["ib-ndr", "roce-100g"]
+    assert data["choice"]["power_limit_w"] is None  # renting by the hour: the maximum limit
+    assert data["choice"]["cost"]["hours"] <= 10
+
+
+def test_dtpo_plan_names_the_power_limit_it_picks_and_the_model_behind_it(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    owned = (EXAMPLES / "h100_ib_ndr_vs_roce.toml").read_text().replace("per_gpu_hour = 3.0", "per_gpu_hour = 0.0")
+    assert owned != (EXAMPLES / "h100_ib_ndr_vs_roce.toml").read_text()
+    (tmp_path / "owned.toml").write_text(owned)
+    code, out, err = run_cli(["plan", str(tmp_path / "owned.toml"), "--deadline", "24", "--json",
+                              str(tmp_path / "plan.json")], capsys)
+    assert code == 0, out + err
+    choice = json.loads((tmp_path / "plan.json").read_text())["choice"]
+    assert choice["power_limit_w"] is not None and choice["power_limit_w"] < 700
+    assert f"at a {choice['power_limit_w']:g} W power limit" in out and "H100-SXM model" in out
 
 
 @pytest.mark.parametrize(("args", "message"), [

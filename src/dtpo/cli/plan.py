@@ -164,6 +164,7 @@ def plan_command(
     console.print("[bold]assumed[/bold]")
     for line in assumptions_text(first):
         console.print(line, markup=False, highlight=False)
+    pick = None
     if deadline is not None or budget is not None:
         pick = cheapest(chosen, deadline, budget)
         cost = pick.prediction.cost
@@ -179,7 +180,12 @@ def plan_command(
     if plot is not None:
         write_plot(results, plot)
         console.print(f"plot: {plot}")
-    data = {"plans": [plan_dict(r) for r in results]}
+    data: dict[str, object] = {"plans": [plan_dict(r) for r in results]}
+    if pick is not None:
+        data["choice"] = {"gpus": pick.prediction.gpus, "nodes": pick.prediction.step.nodes,
+                          "inter_link": pick.inter_link, "power_limit_w": pick.power_limit_w,
+                          "power_note": pick.power_note, "throughput": pick.prediction.throughput,
+                          "cost": vars(pick.prediction.cost) if pick.prediction.cost is not None else None}
     if json_path is not None:
         write_json_atomic(json_path, data)
         console.print(f"predictions: {json_path}")
