@@ -26,8 +26,11 @@ How it is judged, always on the noise-free model (the truth) over Zeus's grid of
 * a whole job of ``--job-steps`` steps: the true per-step cost of every step at the setting in force. Zeus
   holds its choice from the end of its sweep; dtpo's tuner runs through the whole job, because its choice can
   still change while held (under ``slowdown:F`` a choice interpolated between two limits is measured while it
-  trains, and should it prove too slow the limit above it is held instead): its choice is the one it holds at
-  the end, and its profiling steps are those before it first held a choice.
+  trains, and should it prove too slow the limit above it is held instead; under the other metrics a choice
+  that the search could not tell from a runner-up is trained at in turn with it, a hold block each, until one
+  is clearly cheaper: ``dtpo.tune.hold_refine``): its choice is the one it holds at the end, and its profiling
+  steps are those before it first held a choice. Every step after that, at whichever setting, counts in the job
+  cost, and the steps spent at a runner-up are printed under the summary.
 
 Goals (exit 1 when one is missed; each is printed as met or missed with its figure):
 
@@ -381,7 +384,7 @@ def run_dtpo_tuner(gpu: SimulatedGpu, metric: CostMetric, job_steps: int, journa
                     profile_time_s=sum(s.time_s for s in kept), profile_energy_j=sum(s.energy_j for s in kept),
                     schedule=[(s.setting, s.steps) for s in result.segments],
                     detail={"segments": [s.as_dict() for s in kept], "steps_back": result.tuner.steps_back,
-                            "first_choice": _first_hold(result.segments)})
+                            "first_choice": _first_hold(result.segments), "refined": result.tuner.refined})
 
 
 def _first_hold(segments: Sequence[Segment]) -> dict[str, Any] | None:
@@ -729,7 +732,22 @@ def off_grid_lines(cases: Sequence[Case]) -> list[str]:
         if back:
             lines.append(f"{metric}, σ {noise:g}: on {back} of {len(group)} runs dtpo's interpolated choice proved too "
                          "slow while held and it went back to the limit above (counted in the job)")
+        refined = [r for c in group if (r := c.details.get("dtpo", {}).get("refined"))]
+        if refined:
+            runner = [r["steps_at_runner_up"] for r in refined]
+            switched = sum(1 for c, r in ((c, c.details["dtpo"].get("refined")) for c in group)
+                           if r and c.details["dtpo"].get("first_choice")
+                           and GpuSetting.from_dict(c.details["dtpo"]["first_choice"]) != _choice_of(c))
+            lines.append(f"{metric}, σ {noise:g}: on {len(refined)} of {len(group)} runs dtpo held a near-tie and "
+                         f"trained at it and its runner-up in turn (steps at the runner-up: median "
+                         f"{statistics.median(runner):,.0f}, most {max(runner):,}; counted in the job, not in the "
+                         f"profiling steps); {switched} ended on the runner-up")
     return lines
+
+
+def _choice_of(case: Case) -> GpuSetting:
+    """dtpo's final choice in ``case``, as a setting."""
+    return GpuSetting(case.scores["dtpo"].choice_w)
 
 
 def report(console: Console, cases: Sequence[Case], goals: Sequence[Goal], options: Options, runtime_s: float) -> None:

@@ -40,6 +40,10 @@ floating) downwards:
    their chord reaches the bound less its margin. Such an interpolated choice is measured while it is held; if
    its own steps show it clearly too slow, the setting above it is held instead. These moves are in
    :mod:`dtpo.tune.bound_search`.
+6. For the other metrics, where the race left another setting not clearly costlier than the choice (a near-tie
+   the budget could not settle), the held choice and that runner-up are trained at in turn, a hold block each,
+   until one is clearly cheaper or ``refine_steps`` have passed; the cheaper is then held
+   (:mod:`dtpo.tune.hold_refine`).
 
 Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
 visit are compared with the visit's settled level, the time until they stay within the noise is that
@@ -63,20 +67,21 @@ from dtpo.tune.boundary import (
     rule_out_too_slow,
 )
 from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
+from dtpo.tune.hold_refine import HoldRefine
 from dtpo.tune.knob import Knob, candidate_grid
 from dtpo.tune.ordered import next_unvisited, prune_below, steep_below
 from dtpo.tune.report import profiling_cost, projected_saving, settings_rows, unprofiled_rows
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
-from dtpo.tune.tuner_types import Candidate, Judgement, Phase, TunerOptions, Visit
+from dtpo.tune.tuner_types import Candidate, Judgement, Phase, Refine, TunerOptions, Visit
 
 __all__ = ["Candidate", "Phase", "PowerTuner", "TunerOptions"]
 
 logger = logging.getLogger(__name__)
 
 
-class PowerTuner(BoundSearch):
+class PowerTuner(BoundSearch, HoldRefine):
     """Finds and holds the setting with the least cost; see the module docs.
 
     Args:
@@ -128,6 +133,8 @@ class PowerTuner(BoundSearch):
         self._drift_strikes = 0
         self._boundary_left = 0
         self._fair_look = self.options.first_visit_steps + self.options.revisit_steps  # a first visit and a revisit
+        self._refine: Refine | None = None  # a near-tie settled while holding (dtpo.tune.hold_refine)
+        self.refined: dict[str, Any] | None = None  # what that refining did
 
     # -- what the caller asks ------------------------------------------------------------------------------
 
@@ -221,6 +228,11 @@ class PowerTuner(BoundSearch):
             return self.current
         if self.phase is Phase.HOLD:
             self._record(block, "hold")
+            if self._refine is not None:  # a lasting drift ends the refining with a new search
+                self._watch_drift(block)
+                if self._refine is not None:
+                    self._refine_block(block)
+                return self.current
             if self._verify_held(block):
                 return self.current
             self._watch_drift(block)
@@ -503,6 +515,7 @@ class PowerTuner(BoundSearch):
             self._start_dimension()
             return
         self._hold(best.stats.setting, why)
+        self._start_refine(best)
 
     def _hold(self, setting: GpuSetting, why: str, searched: bool = True) -> None:
         """Hold ``setting``; ``searched``: it ends a search (the steps so far were profiling), not a step back from
@@ -533,6 +546,7 @@ class PowerTuner(BoundSearch):
             logger.info("tuner: the cost of %s drifted by %+.0f %%; searching again", self.current.label,
                         (cost / expected - 1.0) * 100)
             self.history.append(f"drift at step {self.steps}: search again")
+            self._refine = None
             self.stats.clear()
             self._reference = None
             self._dimension = 0
@@ -576,7 +590,7 @@ class PowerTuner(BoundSearch):
                 "unit": self.metric.unit, "phase": self.phase.value,
                 "choice": None if self.choice is None else self.choice.as_dict(),
                 "profiling_steps": self.profiling_steps, "steps": self.steps, "retunes": self.retunes,
-                "steps_back": self.steps_back,
+                "steps_back": self.steps_back, "refined": self.refined,
                 "settling_s": max(self.settling_s, default=None), "noise_cv": noise.cost_cv,
                 "settings": rows, "history": list(self.history), "default": self.default.as_dict(),
                 "profiling_cost": self.profiling_cost(),

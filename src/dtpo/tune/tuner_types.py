@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from dtpo.tune.stats import Block, Estimate, SettingStats
 
-__all__ = ["Candidate", "Chord", "Judgement", "Phase", "TunerOptions", "Visit"]
+__all__ = ["Candidate", "Chord", "Judgement", "Phase", "Refine", "TunerOptions", "Visit"]
 
 
 class Phase(enum.Enum):
@@ -76,6 +76,9 @@ class TunerOptions:
             candidate near the bound whose estimate only just clears it is then interpolated towards instead of
             held on that estimate. Elsewhere a candidate is judged on its estimate alone (a margin would there
             cost a whole candidate's step).
+        refine_steps: Once a search holds its choice, where another setting is not clearly costlier, train at
+            the two in turn (a hold block each) for at most this many steps, then hold the cheaper
+            (:mod:`dtpo.tune.hold_refine`); 0 holds the choice as the search left it.
         placed_z_share: A setting placed towards the ``MaxSlowdown`` bound becomes the choice once its time is
             below the bound by this share of ``z`` standard errors (and it is placed with that margin). A grid
             setting is judged on its estimate alone; a placed one sits near the bound by design, so it needs some
@@ -108,6 +111,7 @@ class TunerOptions:
     interpolate_choice: bool = True
     grid_z_share: float = 0.25
     placed_z_share: float = 0.5
+    refine_steps: int = 2000
 
 
 @dataclass
@@ -144,6 +148,15 @@ class Judgement:
     ref: Estimate | None
     z: float
     reference: Candidate | None
+
+
+@dataclass
+class Refine:
+    """A near-tie being settled while the tuner holds: its choice, the runner-up, and the steps left."""
+
+    best: Candidate
+    runner: Candidate
+    left: int
 
 
 @dataclass

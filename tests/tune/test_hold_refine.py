@@ -1,0 +1,67 @@
+"""Settling a near-tie while holding (``dtpo.tune.hold_refine``) on the made-up job: training at the choice and its
+runner-up in turn until one is clearly cheaper, then holding that one."""
+
+from __future__ import annotations
+
+import pytest
+from synthetic_tuning_job import POWER_W, STEP_S, SyntheticJob, make_tuner, run_until_hold, slowdown_tuner
+
+from dtpo.tune.setting import GpuSetting
+from dtpo.tune.tuner import PowerTuner, TunerOptions
+
+
+def near_tie(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 W costs 0.25 % more energy than 175 W (40.1 J against 40.0 J a step): too close for the search's
+    budget at 3 % noise, clear over a thousand steps each."""
+    monkeypatch.setitem(POWER_W, 200.0, 40.1 / STEP_S[200.0])
+
+
+def hold_blocks(tuner: PowerTuner, job: SyntheticJob, blocks: int) -> list[GpuSetting]:
+    """Feed ``blocks`` hold blocks; the setting each one ran at."""
+    ran = []
+    for _ in range(blocks):
+        ran.append(tuner.current)
+        tuner.feed(job.block(tuner.current, tuner.block_steps))
+    return ran
+
+
+def test_a_near_tie_is_trained_at_in_turn_until_the_cheaper_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
+    near_tie(monkeypatch)
+    tuner = make_tuner()
+    job = SyntheticJob(noise=0.03, seed=2)
+    run_until_hold(tuner, job)
+    assert tuner.refined is not None and tuner.refined["outcome"] == "refining"
+    pair = {tuner.choice, GpuSetting.from_dict(tuner.refined["against"])}
+    assert pair == {GpuSetting(175.0), GpuSetting(200.0)}
+    ran = hold_blocks(tuner, job, 12)
+    assert set(ran[:2]) == pair  # one hold block at each, in turn
+    assert tuner.refined["outcome"] != "refining"  # told apart, or the refining steps spent
+    assert tuner.choice == tuner.current == GpuSetting(175.0)  # the cheaper of the two
+    assert set(hold_blocks(tuner, job, 3)) == {GpuSetting(175.0)}  # held from then on
+    assert tuner.refined["steps_at_runner_up"] > 0
+    assert tuner.refined["steps"] <= tuner.options.refine_steps
+    assert tuner.report()["refined"] == tuner.refined
+    assert any(line.startswith("refined: 175 W held") for line in tuner.history)
+
+
+def test_refining_is_off_with_no_refine_steps_and_under_a_slowdown_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    near_tie(monkeypatch)
+    off = make_tuner(options=TunerOptions(refine_steps=0))
+    job = SyntheticJob(noise=0.03, seed=2)
+    run_until_hold(off, job)
+    held = off.choice
+    assert off.refined is None and set(hold_blocks(off, job, 4)) == {held}
+    bounded = slowdown_tuner(1.15)
+    run_until_hold(bounded, SyntheticJob(noise=0.03, seed=2))
+    assert bounded.refined is None  # MaxSlowdown checks its own choice while held (bound_search)
+
+
+def test_a_lasting_drift_while_refining_searches_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    near_tie(monkeypatch)
+    tuner = make_tuner()
+    job = SyntheticJob(noise=0.03, seed=2)
+    run_until_hold(tuner, job)
+    assert tuner.refined is not None and tuner.refined["outcome"] == "refining"
+    job.scale = 1.3  # the job draws 30 % more from now on
+    hold_blocks(tuner, job, 2)
+    assert tuner.retunes == 1 and not tuner.holding and tuner._refine is None
