@@ -82,8 +82,8 @@ class HoldRefine:
         self._refine = None
         if win is refine.runner:
             refine.best.status, refine.runner.status = "measured", "chosen"
-        self.refined["outcome"] = ("told apart" if told_apart else "refining steps spent") + \
-            f": {win.stats.setting.label} held"
-        self.history.append(f"refined: {win.stats.setting.label} held ({self.refined['outcome']})")
+        why = "told apart" if told_apart else "refining steps spent"
+        self.refined["outcome"] = f"{win.stats.setting.label} held ({why})"
+        self.history.append(f"refined: {self.refined['outcome']}")
         logger.info("tuner: near-tie refined, holding %s", win.stats.setting.label)
         self.choice = self.current = win.stats.setting
