@@ -16,6 +16,16 @@ def near_tie(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(POWER_W, 200.0, 40.1 / STEP_S[200.0])
 
 
+def refining_tuner(monkeypatch: pytest.MonkeyPatch) -> tuple[PowerTuner, SyntheticJob]:
+    """A tuner on the near-tie job at 3 % noise, holding its choice and refining it."""
+    near_tie(monkeypatch)
+    tuner = make_tuner()
+    job = SyntheticJob(noise=0.03, seed=2)
+    run_until_hold(tuner, job)
+    assert tuner.refined is not None and tuner.refined["outcome"] == "refining"
+    return tuner, job
+
+
 def hold_blocks(tuner: PowerTuner, job: SyntheticJob, blocks: int) -> list[GpuSetting]:
     """Feed ``blocks`` hold blocks; the setting each one ran at."""
     ran = []
@@ -26,11 +36,8 @@ def hold_blocks(tuner: PowerTuner, job: SyntheticJob, blocks: int) -> list[GpuSe
 
 
 def test_a_near_tie_is_trained_at_in_turn_until_the_cheaper_is_clear(monkeypatch: pytest.MonkeyPatch) -> None:
-    near_tie(monkeypatch)
-    tuner = make_tuner()
-    job = SyntheticJob(noise=0.03, seed=2)
-    run_until_hold(tuner, job)
-    assert tuner.refined is not None and tuner.refined["outcome"] == "refining"
+    tuner, job = refining_tuner(monkeypatch)
+    assert tuner.refined is not None
     pair = {tuner.choice, GpuSetting.from_dict(tuner.refined["against"])}
     assert pair == {GpuSetting(175.0), GpuSetting(200.0)}
     ran = hold_blocks(tuner, job, 12)
@@ -57,11 +64,7 @@ def test_refining_is_off_with_no_refine_steps_and_under_a_slowdown_limit(monkeyp
 
 
 def test_a_lasting_drift_while_refining_searches_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    near_tie(monkeypatch)
-    tuner = make_tuner()
-    job = SyntheticJob(noise=0.03, seed=2)
-    run_until_hold(tuner, job)
-    assert tuner.refined is not None and tuner.refined["outcome"] == "refining"
+    tuner, job = refining_tuner(monkeypatch)
     job.scale = 1.3  # the job draws 30 % more from now on
     hold_blocks(tuner, job, 2)
     assert tuner.retunes == 1 and not tuner.holding and tuner._refine is None
