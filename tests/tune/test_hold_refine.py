@@ -68,3 +68,14 @@ def test_a_lasting_drift_while_refining_searches_again(monkeypatch: pytest.Monke
     job.scale = 1.3  # the job draws 30 % more from now on
     hold_blocks(tuner, job, 2)
     assert tuner.retunes == 1 and not tuner.holding and tuner._refine is None
+
+
+def test_the_job_knob_tuner_holds_its_choice_without_refining(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dtpo.session.job_tuning import job_tuner_options
+
+    near_tie(monkeypatch)
+    tuner = make_tuner(options=job_tuner_options())
+    job = SyntheticJob(noise=0.03, seed=2)
+    run_until_hold(tuner, job)
+    held = tuner.choice
+    assert tuner.refined is None and set(hold_blocks(tuner, job, 4)) == {held}

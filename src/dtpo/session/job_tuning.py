@@ -57,8 +57,12 @@ def job_tuner_options() -> TunerOptions:
     precision or accumulation is off by far more than the noise), blocks of at least 0.2 s (energy counters
     and the modelled CPU's /proc/stat tick at 10 ms), and 3 s (at most 5 % of the job) of waiting before the
     starting setting is measured (the first second of a job on a CPU can run at two thirds of its later
-    speed, which would make every other setting look better than the one the job started with)."""
-    return TunerOptions(ordered=False, quick_look_steps=1, min_block_s=0.2, min_warmup_s=0.0, min_wait_s=3.0)
+    speed, which would make every other setting look better than the one the job started with). No near-tie
+    refining while holding (``refine_steps=0``): switching precision, accumulation or compression back and forth
+    every hold block would restart what each carries (PowerSGD's error feedback, an accumulation re-cut) and
+    put a probe's numerics into the training itself."""
+    return TunerOptions(ordered=False, quick_look_steps=1, min_block_s=0.2, min_warmup_s=0.0, min_wait_s=3.0,
+                        refine_steps=0)
 
 
 def _batch_norm_layer(model: torch.nn.Module | None) -> str | None:
