@@ -91,6 +91,11 @@ def test_the_tuning_line_shows_the_choice_its_cost_and_a_model_figure_as_one() -
     text = " ".join(render(run).split())
     assert "GPU tuning 200 W for energy per sample; 55 profiling steps (+1.5 s, -0.80 kJ against the default)" in text
     assert "saves 19.0 % of the cost per sample over the remaining 100,000 samples (estimate)" in text
+    assert "refined" not in text
+    run.ranks[0].tuning["refined"] = {"against": {"power_limit_w": 175.0, "sm_clock_mhz": None},
+                                      "steps_at_runner_up": 800, "steps": 1600, "outcome": "200 W held (told apart)"}
+    text = " ".join(render(run).split())
+    assert "near-tie with 175 W refined while training: 200 W held (told apart), 800 steps at the runner-up" in text
 
     run.ranks[0].tuning = {"knob": "power-limit", "metric": "energy", "source": "model", "mode": "observe",
                            "choice": None, "model": {"choice": {"power_limit_w": 250.0, "sm_clock_mhz": None}}}

@@ -162,6 +162,10 @@ def tuning_summary(record: RunRecord) -> str | None:
     if saving:
         parts.append(f"saves {saving['cost_fraction'] * 100:.1f} % of the cost per sample over the remaining "
                      f"{saving['samples']:,} samples (estimate)")
+    refined = report.get("refined")
+    if refined:
+        parts.append(f"near-tie with {_setting_label(refined['against'])} refined while training: "
+                     f"{refined['outcome']}, {refined['steps_at_runner_up']:,} steps at the runner-up")
     if (report.get("profile") or {}).get("loaded"):
         parts.append("from a saved profile")
     return escape("; ".join(parts))
