@@ -51,7 +51,10 @@ as to any choice.
 One run of every trace draws one noise sequence per trace, and at σ 3 % a handful of the 666 runs decide
 the first and third goals: ``--repeats N`` runs every trace with N seeds (``--seed`` to ``--seed + N - 1``,
 the same runs as N separate ``--seed`` runs), judges the goals over all of them, and prints the job goal's
-lowest cell and the runs off the oracle for each seed on its own.
+lowest cell and the runs off the oracle for each seed on its own. A trace's seed is ``--seed`` plus its index in
+the full list (plus the repeat), whatever ``--gpu``, ``--only`` or ``--limit`` leave out, so ``--only 'V100
+resnet50/imagenet b32' --costs slowdown:1.1 --noise 0.03 --history`` replays that run of the full benchmark and
+prints every decision dtpo's tuner made in it.
 
 ``--counter-period 0`` (the default) makes the simulated energy counter continuous. A nonzero period makes it
 advance only at multiples of the period, like NVML's: both tuners' energy windows are then quantised to it,
@@ -61,7 +64,7 @@ Exit status: 0 all goals met, 1 a goal missed, 2 a bad flag (one line on stderr)
 tuner missing.
 
     python benchmarks/tuner_vs_zeus.py [--noise 0.01,0.03] [--costs energy,zeus:0.5,slowdown:1.1] [--seed 0]
-        [--repeats 1] [--job-steps 10000] [--counter-period 0] [--gpu A40] [--limit N]
+        [--repeats 1] [--job-steps 10000] [--counter-period 0] [--gpu A40] [--limit N] [--only TEXT] [--history]
         [--trace FILE.csv --trace-gpu GPU] [--json FILE] [--summary-only] [--zeus-log FILE] [--verbose]
 """
 
@@ -120,6 +123,8 @@ class Options:
     counter_period_s: float
     gpu: str | None
     limit: int | None
+    only: str | None
+    history: bool
     trace_files: tuple[Path, ...]
     trace_gpu: str | None
     json_path: Path | None
@@ -171,6 +176,11 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                         help="energy counter period in s (0: continuous; >0 quantises both tuners' windows)")
     parser.add_argument("--gpu", help="only traces of this GPU, e.g. A40")
     parser.add_argument("--limit", type=int, help="only the first N traces (a quick run)")
+    parser.add_argument("--only", metavar="TEXT",
+                        help="only traces whose label contains TEXT (case-insensitive), e.g. 'V100 resnet50/imagenet "
+                             "b32'; every trace keeps the seed it has in the full run, so one run can be replayed")
+    parser.add_argument("--history", action="store_true",
+                        help="print dtpo's decisions (its tuner's history) for every run; best with --only")
     parser.add_argument("--trace", action="append", default=[], metavar="FILE.csv",
                         help="an extra measured trace (repeatable; needs --trace-gpu)")
     parser.add_argument("--trace-gpu", help="the GPU the --trace files were measured on")
@@ -199,13 +209,15 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.trace_gpu and not args.trace:
         bad_flag("--trace-gpu without --trace")
     return Options(noises=noises, costs=costs, seed=args.seed, repeats=args.repeats, job_steps=args.job_steps,
-                   counter_period_s=args.counter_period, gpu=args.gpu, limit=args.limit,
+                   counter_period_s=args.counter_period, gpu=args.gpu, limit=args.limit, only=args.only,
+                   history=args.history,
                    trace_files=tuple(Path(p) for p in args.trace), trace_gpu=args.trace_gpu, json_path=args.json,
                    summary_only=args.summary_only, zeus_log=args.zeus_log, verbose=args.verbose)
 
 
-def select_traces(options: Options) -> list[Trace]:
-    """The user's traces (first) and the shipped ones, filtered by ``--gpu``, cut to ``--limit``."""
+def select_traces(options: Options) -> list[tuple[int, Trace]]:
+    """The user's traces (first) and the shipped ones, filtered by ``--gpu`` and ``--only``, cut to ``--limit``;
+    each with its index in the unfiltered list (which sets its seed, so a filtered run repeats the full run's)."""
     traces: list[Trace] = []
     if options.trace_files:
         from dtpo.devices.physics.user_trace import load_trace_file
@@ -216,12 +228,18 @@ def select_traces(options: Options) -> list[Trace]:
             except (DtpoError, OSError) as exc:
                 bad_flag(f"--trace {path}: {exc}")
     traces.extend(load_traces())
+    indexed = list(enumerate(traces))
     if options.gpu:
-        traces = [t for t in traces if t.gpu.lower() == options.gpu.lower()]
-        if not traces:
+        indexed = [(i, t) for i, t in indexed if t.gpu.lower() == options.gpu.lower()]
+        if not indexed:
             known = sorted({t.gpu for t in load_traces()})
             bad_flag(f"--gpu {options.gpu}: no trace of that GPU (shipped: {', '.join(known)})")
-    return traces[:options.limit] if options.limit else traces
+    if options.only:
+        indexed = [(i, t) for i, t in indexed if options.only.lower() in t.label.lower()]
+        if not indexed:
+            bad_flag(f"--only {options.only!r}: no trace label contains it (labels look like "
+                     f"'{traces[0].label}')")
+    return indexed[:options.limit] if options.limit else indexed
 
 
 # -- the truth ------------------------------------------------------------------------------------------
@@ -384,7 +402,8 @@ def run_dtpo_tuner(gpu: SimulatedGpu, metric: CostMetric, job_steps: int, journa
                     profile_time_s=sum(s.time_s for s in kept), profile_energy_j=sum(s.energy_j for s in kept),
                     schedule=[(s.setting, s.steps) for s in result.segments],
                     detail={"segments": [s.as_dict() for s in kept], "steps_back": result.tuner.steps_back,
-                            "first_choice": _first_hold(result.segments), "refined": result.tuner.refined})
+                            "first_choice": _first_hold(result.segments), "refined": result.tuner.refined,
+                            "history": list(result.tuner.history)})
 
 
 def _first_hold(segments: Sequence[Segment]) -> dict[str, Any] | None:
@@ -535,15 +554,16 @@ def run_case(trace: Trace, model: GpuModel, metric: CostMetric, noise: float, se
     return case
 
 
-def run_all(traces: Sequence[Trace], options: Options) -> list[Case]:
-    """Every trace × metric × noise level, with a progress bar on stderr."""
+def run_all(traces: Sequence[tuple[int, Trace]], options: Options) -> list[Case]:
+    """Every trace × metric × noise level, with a progress bar on stderr (a trace's seed: ``--seed``, plus its
+    index in the unfiltered list, plus the repeat)."""
     cases: list[Case] = []
     total = len(traces) * len(options.costs) * len(options.noises) * options.repeats
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                         console=Console(stderr=True), transient=True)
     with progress, tempfile.TemporaryDirectory(prefix="dtpo-vs-zeus-") as tmp:
         task = progress.add_task("tuning", total=total)
-        for index, trace in enumerate(traces):
+        for index, trace in traces:
             model = CalibratedModel(trace)
             for metric in options.costs:
                 for noise in options.noises:
@@ -761,6 +781,14 @@ def report(console: Console, cases: Sequence[Case], goals: Sequence[Goal], optio
         console.print(summary_table(done, options.job_steps))
         for line in [*off_grid_lines(done), *per_seed_lines(done, options)]:
             console.print(line, markup=False, highlight=False)
+    if options.history:
+        for case in done:
+            dtpo = case.scores["dtpo"]
+            console.print(f"dtpo on {case.trace}, {case.metric}, σ {case.noise:g}, seed {case.seed}: held "
+                          f"{dtpo.choice_w:g} W (×{dtpo.ratio:.4f} the oracle's {case.oracle_w:g} W) after "
+                          f"{dtpo.profiling_steps} profiling steps", markup=False, highlight=False)
+            for line in case.details["dtpo"].get("history", []):
+                console.print(f"  {line}", markup=False, highlight=False)
     for case in [c for c in cases if c.error]:
         console.print(f"FAILED: {case.trace}, {case.metric}, noise {case.noise:g}, seed {case.seed}: {case.error}",
                       style="red", markup=False, highlight=False)
@@ -774,6 +802,7 @@ def write_json(path: Path, cases: Sequence[Case], goals: Sequence[Goal], options
     data = {"options": {"noise": list(options.noises), "costs": [c.name for c in options.costs],
                         "seed": options.seed, "repeats": options.repeats, "job_steps": options.job_steps,
                         "counter_period_s": options.counter_period_s, "gpu": options.gpu, "limit": options.limit,
+                        "only": options.only,
                         "traces": [str(p) for p in options.trace_files], "trace_gpu": options.trace_gpu},
             "goals": [asdict(g) for g in goals], "runtime_s": runtime_s, "runs": [c.as_dict() for c in cases]}
     path.write_text(json.dumps(data, indent=1) + "\n")
