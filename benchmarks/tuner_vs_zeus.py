@@ -752,22 +752,17 @@ def off_grid_lines(cases: Sequence[Case]) -> list[str]:
         if back:
             lines.append(f"{metric}, σ {noise:g}: on {back} of {len(group)} runs dtpo's interpolated choice proved too "
                          "slow while held and it went back to the limit above (counted in the job)")
-        refined = [r for c in group if (r := c.details.get("dtpo", {}).get("refined"))]
+        refined = [c for c in group if c.details.get("dtpo", {}).get("refined")]
         if refined:
-            runner = [r["steps_at_runner_up"] for r in refined]
-            switched = sum(1 for c, r in ((c, c.details["dtpo"].get("refined")) for c in group)
-                           if r and c.details["dtpo"].get("first_choice")
-                           and GpuSetting.from_dict(c.details["dtpo"]["first_choice"]) != _choice_of(c))
+            runner = [c.details["dtpo"]["refined"]["steps_at_runner_up"] for c in refined]
+            switched = sum(1 for c in refined if c.details["dtpo"]["first_choice"]["power_limit_w"]
+                           != c.scores["dtpo"].choice_w)
             lines.append(f"{metric}, σ {noise:g}: on {len(refined)} of {len(group)} runs dtpo held a near-tie and "
                          f"trained at it and its runner-up in turn (steps at the runner-up: median "
                          f"{statistics.median(runner):,.0f}, most {max(runner):,}; counted in the job, not in the "
                          f"profiling steps); {switched} ended on the runner-up")
     return lines
 
-
-def _choice_of(case: Case) -> GpuSetting:
-    """dtpo's final choice in ``case``, as a setting."""
-    return GpuSetting(case.scores["dtpo"].choice_w)
 
 
 def report(console: Console, cases: Sequence[Case], goals: Sequence[Goal], options: Options, runtime_s: float) -> None:

@@ -95,7 +95,7 @@ def job_shape(scenario: Scenario, record_model: dict[str, Any] | None = None,
     return JobShape(gradient_bytes=grad, parameters=params, strategy=scenario.strategy, compression=compression,
                     powersgd_rank=scenario.powersgd_rank, matrix_shapes=shapes, bucket_cap_bytes=cap,
                     param_bytes=param_bytes, overlap=scenario.overlap, compute_on_host=scenario.is_cpu,
-                    jitter_cv=jitter, overlap_slowdown=0.0 if scenario.is_cpu else slowdown)
+                    jitter_cv=jitter, overlap_slowdown=slowdown)
 
 
 def sharing_assumptions(scenario: Scenario, job: JobShape, measured_jitter: bool = False) -> tuple[str, ...]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dtpo.core.errors import ConfigError
-from dtpo.devices.physics.gpu_model import load_model
 from dtpo.devices.physics.power_specs import find_power_spec
 
 DEFAULT_PROXY_WORKLOAD = "bert_base_uncased/squad"
@@ -70,16 +69,18 @@ def limit_model(gpu: str, workload: str | None = None, base_limit_w: float | Non
         spec = find_power_spec(gpu)
     except ConfigError:
         return None
+    from dtpo.devices.physics.gpu_model import load_model  # numpy and the traces: only when limits are weighed
+
     proxy = workload or DEFAULT_PROXY_WORKLOAD
     model = load_model(spec.name, proxy)
     base = model.at(base_limit_w)
-    limits = []
+    points = []
     limit = spec.max_power_w
     while limit >= spec.min_power_w - 1e-9:
-        limits.append(limit)
+        points.append(model.at(limit))
         limit -= LIMIT_STEP_W
-    effects = tuple(LimitEffect(w, model.at(w).time_per_sample_s / base.time_per_sample_s,
-                                model.at(w).power_w / base.power_w) for w in limits)
+    effects = tuple(LimitEffect(p.power_limit_w, p.time_per_sample_s / base.time_per_sample_s,
+                                p.power_w / base.power_w) for p in points)
     kind = "calibrated on its measured trace" if model.calibrated else "parametric"
     note = (f"power limits: the {spec.name} model ({kind}) with {model.workload}'s constants standing in for this "
             f"job's (power.workload); compute slows and busy power falls as that model says, communication "

@@ -171,8 +171,8 @@ class Choice:
 
 def _at_limits(scenario: Scenario, calibration: Calibration) -> list[tuple[Scenario, Calibration, LimitEffect | None,
                                                                            str]]:
-    """The scenario at its own power setting, and at every other limit of its GPU's power model: the compute
-    time and busy power scaled as :mod:`dtpo.plan.power_setting` says."""
+    """The scenario at its own power setting (the maximum when it names none), and at every other limit of its
+    GPU's power model: the compute time and busy power scaled as :mod:`dtpo.plan.power_setting` says."""
     variants: list[tuple[Scenario, Calibration, LimitEffect | None, str]] = [(scenario, calibration, None, "")]
     if scenario.is_cpu:
         return variants
@@ -180,8 +180,9 @@ def _at_limits(scenario: Scenario, calibration: Calibration) -> list[tuple[Scena
     if model is None:
         return variants
     busy = gpu_power(scenario.gpu, scenario.power).busy_w
+    own = scenario.power.power_limit_w or model.effects[0].power_limit_w
     for effect in model.effects:
-        if effect.power_limit_w == scenario.power.power_limit_w:
+        if effect.power_limit_w == own:  # the scenario itself, planned above
             continue
         power = replace(scenario.power, setting=effect.power_limit_w, busy_power_w=busy * effect.power_factor)
         scaled = replace(calibration, t_micro_s=calibration.t_micro_s * effect.time_factor)

@@ -13,7 +13,7 @@ from typing import Any
 from dtpo.core.config import COMPRESSIONS, PRECISIONS, STRATEGIES
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RECORD_FILE
-from dtpo.devices.physics.gpu_model import known_workloads
+from dtpo.devices.physics.traces import known_trace_workloads
 from dtpo.plan.interconnect import find_link
 from dtpo.plan.scenario import (
     CPU,
@@ -268,7 +268,7 @@ class ScenarioReader:
                             "the measured power of one worker)")
         workload = table.get("workload")
         if workload is not None:
-            known = known_workloads()
+            known = known_trace_workloads()
             if not isinstance(workload, str) or workload not in known:
                 raise self.fail(f"power.workload must be one of {', '.join(known)}, got {workload!r}")
         return PowerSection(setting=setting, node_overhead_w=overhead, pue=pue, waiting_power_fraction=fraction,

@@ -230,12 +230,10 @@ def step_time(gpus: int, gpus_per_node: int, t_micro_s: float, grad_accum: int, 
     exposed = exposed_comm(ready, per_bucket, backward_end_s=backward)
     comm = sum(per_bucket)
     hidden = comm - exposed
-    interference = 0.0
-    if job.compute_on_host and hidden > 0:
+    interference = _contention(job, hidden)
+    if job.compute_on_host and hidden > 0:  # a CPU job pays its collectives' measured CPU work instead
         cpu = sum(all_reduce_host_cpu(size, per_node, nodes, fabric.intra_cost, inter) for size in sizes)
         interference = min(hidden, cpu * hidden / comm)
-    elif not job.compute_on_host:
-        interference = _contention(job, hidden)
     return StepTime(gpus, nodes, grad_accum, compute + interference, comm, exposed, optimizer_s, interference,
                     sync_wait)
 

@@ -21,13 +21,17 @@ def settings_rows(stats: Iterable[SettingStats], status: Mapping[GpuSetting, tup
     for s in sorted(stats, key=lambda s: s.setting.sort_key, reverse=True):
         if not s.measured:
             continue
-        e = estimate(s, noise, metric, context)
         st, why = status.get(s.setting, ("measured", ""))
-        rows.append({**s.setting.as_dict(), "steps": s.steps, "warmup_steps": s.warmup_steps,
-                     "time_per_sample_s": e.time_per_sample_s, "energy_per_sample_j": e.energy_per_sample_j,
-                     "cost": e.cost, "cost_low": e.cost - z * e.cost_se, "cost_high": e.cost + z * e.cost_se,
-                     "status": st, "reason": why})
+        rows.append(_row(estimate(s, noise, metric, context), s.steps, s.warmup_steps, st, why, z))
     return rows
+
+
+def _row(est: Estimate, steps: int, warmup_steps: int, status: str, reason: str, z: float) -> dict[str, Any]:
+    """One setting's row: its figures, its cost with an interval of ``z`` standard errors, and its fate."""
+    return {**est.setting.as_dict(), "steps": steps, "warmup_steps": warmup_steps,
+            "time_per_sample_s": est.time_per_sample_s, "energy_per_sample_j": est.energy_per_sample_j,
+            "cost": est.cost, "cost_low": est.cost - z * est.cost_se, "cost_high": est.cost + z * est.cost_se,
+            "status": status, "reason": reason}
 
 
 def unprofiled_rows(candidates: Iterable[Candidate], estimates: Mapping[int, Estimate], z: float
@@ -48,9 +52,7 @@ def unprofiled_rows(candidates: Iterable[Candidate], estimates: Mapping[int, Est
 def interpolated_row(est: Estimate, status: str, reason: str, z: float) -> dict[str, Any]:
     """A row like :func:`settings_rows`'s for a setting read off the chord of two measured ones (no steps of its own;
     ``interpolated`` marks it)."""
-    return {**est.setting.as_dict(), "steps": 0, "warmup_steps": 0, "time_per_sample_s": est.time_per_sample_s,
-            "energy_per_sample_j": est.energy_per_sample_j, "cost": est.cost, "cost_low": est.cost - z * est.cost_se,
-            "cost_high": est.cost + z * est.cost_se, "status": status, "reason": reason, "interpolated": True}
+    return {**_row(est, 0, 0, status, reason, z), "interpolated": True}
 
 
 def profiling_cost(segments: Iterable[Segment], reference: SettingStats | None) -> dict[str, float] | None:

@@ -363,10 +363,16 @@ class PowerTuner(BoundSearch, HoldRefine):
         ref = self._reference_estimate()
         z = t_quantile(self._noise().dof, self.options.z)
         grid = set(candidate_grid(self.dimensions, self.default))
-        placed_z = self.options.placed_z_share * z
-        grid_z = self.options.grid_z_share * z if self._can_interpolate() else 0.0
-        feasible = [e for e in estimates if allowed(self.metric, e, ref, grid_z if e.setting in grid else placed_z)]
+        feasible = [e for e in estimates if allowed(self.metric, e, ref, self._choice_margin(e.setting not in grid, z))]
         return min(feasible or estimates, key=lambda e: e.cost)
+
+    def _choice_margin(self, placed: bool, z: float) -> float:
+        """Standard errors by which a setting must be inside the ``MaxSlowdown`` bound to be the choice: a setting
+        placed near the bound on purpose needs ``placed_z_share`` of ``z``; a candidate where the choice can be
+        interpolated towards the bound instead needs ``grid_z_share``; any other candidate none."""
+        if placed:
+            return self.options.placed_z_share * z
+        return self.options.grid_z_share * z if self._can_interpolate() else 0.0
 
     def _reference_estimate(self) -> Estimate | None:
         """The default setting's figures (what ``MaxSlowdown`` compares with)."""
@@ -392,12 +398,8 @@ class PowerTuner(BoundSearch, HoldRefine):
             assert j.reference is not None
             j.reference.status = "measured"
             live = [j.reference]
-        # a setting placed near the bound on purpose may be the choice only with a margin (TunerOptions.placed_z_share);
-        # so may a candidate where the choice can be interpolated towards the bound instead (grid_z_share)
-        placed_z = self.options.placed_z_share * j.z
-        grid_z = self.options.grid_z_share * j.z if self._can_interpolate() else 0.0
         feasible = [c for c in live
-                    if allowed(self.metric, j.estimates[c.index], j.ref, placed_z if c.interpolated else grid_z)]
+                    if allowed(self.metric, j.estimates[c.index], j.ref, self._choice_margin(c.interpolated, j.z))]
         best = min(feasible or live, key=lambda c: j.estimates[c.index].cost)
         self._drop_costlier(j, live, best)
         if self._spent >= self._budget:
