@@ -12,7 +12,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.plan.calibration import calibrate, compute_jitter_cv, from_run
 from dtpo.plan.collectives import LinkCost
 from dtpo.plan.interconnect import find_link
-from dtpo.plan.predict import cheapest, fabric_of, limiting_term, plan
+from dtpo.plan.predict import SINGLE_NODE_CAVEAT, cheapest, fabric_of, limiting_term, plan
 from dtpo.plan.scenario import Scenario, load_scenario
 from dtpo.plan.step_model import Fabric, JobShape, StepTime, expected_max_normal, step_time
 
@@ -159,6 +159,15 @@ def test_a_calibration_from_a_measured_throughput_reproduces_it() -> None:
     roce = plan(scenario, "roce-100g", result.calibration)
     assert roce.predictions[0].throughput == pytest.approx(result.predictions[0].throughput)
     assert roce.predictions[-1].throughput < result.predictions[-1].throughput
+
+
+def test_a_one_node_calibration_carried_across_nodes_says_what_it_cannot_see() -> None:
+    across = plan(_scenario())
+    assert SINGLE_NODE_CAVEAT in across.assumptions
+    inside = plan(_scenario(gpu_counts=[1, 2, 8], baseline={"gpus": 1, "throughput": 50.0}))
+    assert SINGLE_NODE_CAVEAT not in inside.assumptions
+    two_nodes = plan(_scenario(gpu_counts=[16, 64, 512], baseline={"gpus": 16, "throughput": 800.0}))
+    assert SINGLE_NODE_CAVEAT not in two_nodes.assumptions
 
 
 def test_the_deadline_picks_the_cheapest_configuration_that_meets_it() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from dtpo.core.errors import ConfigError
 from dtpo.plan.predict import plan
 from dtpo.plan.scenario import Scenario
 
@@ -63,11 +64,58 @@ def test_parameter_servers_overlap_backward_over_pcie_without_contending_with_it
     assert ps["overlap"] is True and ps["overlap_slowdown"] == 0.0 and ps["intra_link"] == "pcie3"
 
 
-def test_every_extra_series_builds_a_scenario_the_planner_predicts(bench: ModuleType) -> None:
-    series = json.loads((BENCHMARKS / "data" / "published_scaling_extra.json").read_text())["series"]
+@pytest.mark.parametrize("name", ["published_scaling_extra.json", "published_scaling_heldout.json"])
+def test_every_extra_series_builds_a_scenario_the_planner_predicts(bench: ModuleType, name: str) -> None:
+    series = json.loads((BENCHMARKS / "data" / name).read_text())["series"]
     assert series and all(s["source"] and s["notes"] for s in series)
     for one in series:
         result = plan(bench.load(one)[0])
         assert [p.gpus for p in result.predictions] == sorted(p["gpus"] for p in one["points"])
         assert result.predictions[0].throughput == pytest.approx(min(one["points"], key=lambda p: p["gpus"])[
             "throughput"], rel=1e-6)
+
+
+def test_a_parameter_count_the_model_states_comes_before_the_table(bench: ModuleType) -> None:
+    assert bench.parameters_of("GPT-3 1.3B") == 1_300_000_000
+    assert bench.parameters_of("BERT-Large (340M parameters)") == 340_000_000
+    assert bench.parameters_of("a 1.5 billion parameter decoder") == 1_500_000_000
+    assert bench.parameters_of("BERT-Large pretrain phase1 seq128 (LAMB)") == 336_000_000
+    assert bench.parameters_of("RoBERTa-large") == 355_000_000  # not BERT-Large's count
+    assert bench.parameters_of("ResNet-50 v1.5") == 25_600_000
+    assert bench.parameters_of("an unheard-of net") is None
+
+
+def test_a_gpu_name_is_not_read_inside_a_longer_one(bench: ModuleType) -> None:
+    assert bench.hardware_of(_series(hardware="8x A10 24GB (PCIe)", model="ResNet-50"))[:2] == ("A10", "pcie4")
+    assert bench.hardware_of(_series(hardware="8x A100 40GB", model="ResNet-50"))[0] == "A100"
+    assert bench.hardware_of(_series(hardware="8x L40S", model="ResNet-50"))[0] == "L40S"
+    assert bench.hardware_of(_series(hardware="a cluster", model="GPT4-like")) is None
+
+
+def test_the_fabric_and_gpus_per_node_the_text_names_replace_the_systems(bench: ModuleType) -> None:
+    hardware = bench.hardware_of(_series(hardware="DGX A100 (8 GPU/node)", interconnect="2x 100G RoCE per node"))
+    assert hardware == ("A100", "nvlink3", "roce-100g", 2, 8)
+    assert bench.hardware_of(_series(hardware="HGX H100, 4 GPUs per node", interconnect="NDR"))[2:] == (
+        "ib-ndr", 8, 4)
+
+
+def test_accumulation_comes_from_each_points_own_column_first(bench: ModuleType) -> None:
+    points = [{"gpus": 8, "throughput": 1.0, "grad_accum": 32}, {"gpus": 16, "throughput": 2.0, "global_batch": 4096}]
+    assert bench.accumulation_schedule(_series(per_gpu_batch=16, points=points, notes="accum steps 1,1")) == [32, 16]
+    assert bench.accumulation_schedule(_series(per_gpu_batch=16, notes="accum steps 4,2")) == [4, 2]
+
+
+def test_bf16_is_its_own_mixed_precision(bench: ModuleType) -> None:
+    assert bench.precision_of(_series(precision="BF16 (autocast)")) == "bf16-mixed"
+    assert bench.precision_of(_series(precision="Mixed precision")) == "16-mixed"
+    assert bench.precision_of(_series(precision="TF32")) == "32-true"
+
+
+def test_a_series_can_be_calibrated_on_a_later_point(bench: ModuleType) -> None:
+    series = _series(points=[{"gpus": 16, "throughput": 100.0}, {"gpus": 32, "throughput": 190.0},
+                             {"gpus": 64, "throughput": 370.0}])
+    scenario = bench.calibrated_on(bench.load(series)[0], series, 1)
+    assert scenario.gpu_counts == (32, 64) and scenario.baseline.gpus == 32
+    assert plan(scenario).predictions[0].throughput == pytest.approx(190.0, rel=1e-6)
+    with pytest.raises(ConfigError, match="none to predict"):
+        bench.calibrated_on(bench.load(series)[0], series, 2)
