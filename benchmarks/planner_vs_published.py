@@ -253,8 +253,30 @@ def to_toml(data: dict[str, Any], series: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_series(series: Any) -> None:
+    """Raise ConfigError naming the first field a series lacks or gets wrong (id, points, per_gpu_batch)."""
+    if not isinstance(series, dict) or not isinstance(series.get("id"), str) or not series["id"]:
+        raise ConfigError(f"a series must be a table with an 'id', got {str(series)[:60]!r}")
+    points = series.get("points")
+    if not isinstance(points, list) or len(points) < 2 or not all(
+            isinstance(p, dict) and isinstance(p.get("gpus"), int) and p["gpus"] > 0
+            and isinstance(p.get("throughput"), (int, float)) and p["throughput"] > 0 for p in points):
+        raise ConfigError(f"series {series['id']}: 'points' must list 2 or more {{gpus, throughput}} with positive "
+                          "values")
+    if len({p["gpus"] for p in points}) != len(points):
+        raise ConfigError(f"series {series['id']}: 'points' gives a GPU count twice")
+    batch = series.get("per_gpu_batch")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
+        raise ConfigError(f"series {series['id']}: 'per_gpu_batch' must be a positive integer, got {batch!r}")
+
+
 def load(series: dict[str, Any]) -> tuple[Scenario, str]:
-    """The series' scenario: its file if one exists, else built; with where it came from."""
+    """The series' scenario: its file if one exists, else built; with where it came from.
+
+    Raises:
+        ConfigError: The series lacks a field, or names hardware or a model the builder does not know.
+    """
+    check_series(series)
     path = SCENARIOS / f"{series['id']}.toml"
     if path.exists():
         return load_scenario(path), str(path.relative_to(ROOT))
@@ -308,8 +330,9 @@ def main(argv: list[str] | None = None) -> int:
                 (out / f"{series['id']}.toml").write_text(to_toml(scenario_for(series), series))
             result = plan(scenario)
         except ConfigError as exc:
-            console.print(f"[yellow]skipped[/yellow] {series['id']}: {exc}")
-            misses.append(f"{series['id']}: not predicted")
+            name = series.get("id", "?") if isinstance(series, dict) else "?"
+            console.print(f"[yellow]skipped[/yellow] {name}: {exc}")
+            misses.append(f"{name}: not predicted")
             continue
         points = {p["gpus"]: p["throughput"] for p in series["points"]}
         base = scenario.gpu_counts[0]

@@ -119,3 +119,15 @@ def test_a_series_can_be_calibrated_on_a_later_point(bench: ModuleType) -> None:
     assert plan(scenario).predictions[0].throughput == pytest.approx(190.0, rel=1e-6)
     with pytest.raises(ConfigError, match="none to predict"):
         bench.calibrated_on(bench.load(series)[0], series, 2)
+
+
+@pytest.mark.parametrize(("series", "field"), [
+    ("junk", "a series must be a table"),
+    ({"id": "s", "points": [{"gpus": 8, "throughput": 1.0}], "per_gpu_batch": 8}, "'points'"),
+    ({"id": "s", "points": [{"gpus": 8, "throughput": 1.0}, {"gpus": 8, "throughput": 2.0}], "per_gpu_batch": 8},
+     "GPU count twice"),
+    ({"id": "s", "points": [{"gpus": 8, "throughput": 1.0}, {"gpus": 16, "throughput": 2.0}]}, "'per_gpu_batch'"),
+])
+def test_a_malformed_series_is_skipped_with_the_field_named(bench: ModuleType, series: Any, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        bench.load(series)
