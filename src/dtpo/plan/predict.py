@@ -100,9 +100,8 @@ def limiting_term(step: StepTime) -> str:
 
 # Said wherever a calibration made on one node is carried across nodes: what the model cannot see from there.
 SINGLE_NODE_CAVEAT = (
-    "not modelled: costs a framework adds only once its job spans nodes (its own collective scheduling, data "
-    "loading from shared storage, memory pressure from the network's buffers), which a one-node calibration "
-    "cannot see; NVIDIA's published BERT-Large pre-training on the same DGX A100 cluster reaches 95 % scaling "
+    "not modelled: costs a framework adds only once its job spans nodes (how it schedules its collectives, or "
+    "loads data from shared storage, for example), which a one-node calibration cannot see; NVIDIA's published BERT-Large pre-training on the same DGX A100 cluster reaches 95 % scaling "
     "efficiency at 256 GPUs in PyTorch but 89 % in PaddlePaddle (DeepLearningExamples READMEs); a baseline "
     "measured on two or more nodes includes them")
 
