@@ -127,14 +127,20 @@ def parameters_of(model: str) -> int | None:
     return _first(model, MODELS)
 
 
+def batch_of(series: dict[str, Any], point: dict[str, Any]) -> int:
+    """A point's per-GPU batch: its own ``per_gpu_batch`` where it gives one, else the series'."""
+    own = point.get("per_gpu_batch")
+    return own if isinstance(own, int) and not isinstance(own, bool) and own > 0 else series["per_gpu_batch"]
+
+
 def _point_accumulation(series: dict[str, Any], point: dict[str, Any]) -> int | None:
     """A point's own accumulation: given, or its global batch over per-GPU batch x GPUs."""
     for key in POINT_ACCUM_KEYS:
         if isinstance(point.get(key), int) and point[key] >= 1:
             return int(point[key])
-    total = point.get("global_batch")
-    if isinstance(total, int) and total > 0 and total % (series["per_gpu_batch"] * point["gpus"]) == 0:
-        return total // (series["per_gpu_batch"] * point["gpus"])
+    total, batch = point.get("global_batch"), batch_of(series, point)
+    if isinstance(total, int) and total > 0 and total % (batch * point["gpus"]) == 0:
+        return total // (batch * point["gpus"])
     return None
 
 
@@ -150,8 +156,8 @@ def accumulation_schedule(series: dict[str, Any]) -> list[int] | None:
     match = re.search(r"global batch fixed (\d+)", notes)
     if match:
         total = int(match.group(1))
-        accum = [total // (series["per_gpu_batch"] * p["gpus"]) for p in points]
-        if all(a >= 1 and a * series["per_gpu_batch"] * p["gpus"] == total for a, p in zip(accum, points, strict=True)):
+        accum = [total // (batch_of(series, p) * p["gpus"]) for p in points]
+        if all(a >= 1 and a * batch_of(series, p) * p["gpus"] == total for a, p in zip(accum, points, strict=True)):
             return accum
     match = re.search(r"accum(?:ulation)?[- ]steps? ([\d, ]+)", notes)
     if match:
@@ -217,7 +223,9 @@ def scenario_for(series: dict[str, Any]) -> dict[str, Any]:
     data: dict[str, Any] = {
         "gpu": gpu, "gpus_per_node": per_node, "gpu_counts": [p["gpus"] for p in points],
         "intra_link": "pcie3" if parameter_server else intra, "inter_link": inter, "nics_per_node": nics,
-        "precision": precision, "per_gpu_batch": int(series["per_gpu_batch"]),
+        "precision": precision, "per_gpu_batch": int(series["per_gpu_batch"]) if all(
+            batch_of(series, p) == series["per_gpu_batch"] for p in points) else {
+            str(p["gpus"]): batch_of(series, p) for p in points},
         "model": {"parameters": parameters, "gradient_dtype": wire},
         "baseline": {"gpus": points[0]["gpus"], "throughput": float(points[0]["throughput"])},
         "overlap": NO_OVERLAP.search(notes) is None,
@@ -266,8 +274,11 @@ def check_series(series: Any) -> None:
     if len({p["gpus"] for p in points}) != len(points):
         raise ConfigError(f"series {series['id']}: 'points' gives a GPU count twice")
     batch = series.get("per_gpu_batch")
+    if all(isinstance(p.get("per_gpu_batch"), int) and p["per_gpu_batch"] > 0 for p in points) and batch is None:
+        series["per_gpu_batch"] = batch = min(p["per_gpu_batch"] for p in points)  # each point gives its own
     if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
-        raise ConfigError(f"series {series['id']}: 'per_gpu_batch' must be a positive integer, got {batch!r}")
+        raise ConfigError(f"series {series['id']}: 'per_gpu_batch' must be a positive integer (or each point's "
+                          f"own), got {batch!r}")
 
 
 def load(series: dict[str, Any]) -> tuple[Scenario, str]:

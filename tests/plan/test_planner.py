@@ -170,6 +170,22 @@ def test_a_one_node_calibration_carried_across_nodes_says_what_it_cannot_see() -
     assert SINGLE_NODE_CAVEAT not in two_nodes.assumptions
 
 
+def test_a_per_gpu_batch_that_changes_with_the_count_scales_the_micro_batchs_compute() -> None:
+    fixed = plan(_scenario(jitter_cv=0.0, overlap_slowdown=0.0))
+    halved = plan(_scenario(jitter_cv=0.0, overlap_slowdown=0.0, per_gpu_batch={"8": 8, "64": 8, "512": 4}))
+    assert halved.predictions[0].throughput == pytest.approx(400.0, rel=1e-6)
+    assert halved.predictions[1].step.step_s == pytest.approx(fixed.predictions[1].step.step_s)
+    last, full = halved.predictions[-1], fixed.predictions[-1]
+    assert last.step.compute_s == pytest.approx(full.step.compute_s / 2)
+    assert last.samples_per_step == full.samples_per_step // 2
+    assert any("per-GPU batch changes with the GPU count" in a for a in halved.assumptions)
+    # calibrated at a count whose batch differs from the first count's, the time per sample is the same
+    later = plan(_scenario(jitter_cv=0.0, overlap_slowdown=0.0, per_gpu_batch={"8": 4, "64": 8, "512": 8},
+                           baseline={"gpus": 64, "throughput": fixed.predictions[1].throughput}))
+    assert later.predictions[1].throughput == pytest.approx(fixed.predictions[1].throughput, rel=1e-6)
+    assert later.predictions[0].step.compute_s == pytest.approx(fixed.predictions[0].step.compute_s / 2, rel=1e-6)
+
+
 def test_the_deadline_picks_the_cheapest_configuration_that_meets_it() -> None:
     scenario = _scenario()
     options = {(p.gpus, link): p.cost for link in ("ib-ndr", "roce-100g", "ib-hdr", "eth-25g-tcp")

@@ -131,3 +131,12 @@ def test_a_series_can_be_calibrated_on_a_later_point(bench: ModuleType) -> None:
 def test_a_malformed_series_is_skipped_with_the_field_named(bench: ModuleType, series: Any, field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         bench.load(series)
+
+
+def test_a_per_gpu_batch_each_point_gives_becomes_a_table(bench: ModuleType) -> None:
+    points = [{"gpus": 16, "throughput": 100.0, "per_gpu_batch": 6, "global_batch": 61440},
+              {"gpus": 512, "throughput": 2900.0, "per_gpu_batch": 4, "global_batch": 32768}]
+    series = _series(points=points)
+    del series["per_gpu_batch"]
+    scenario = bench.load(series)[0]
+    assert scenario.per_gpu_batch == ((16, 6), (512, 4)) and scenario.grad_accum == ((16, 640), (512, 16))

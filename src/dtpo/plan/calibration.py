@@ -49,7 +49,7 @@ class Calibration:
     """What a prediction rests on.
 
     Attributes:
-        t_micro_s: One micro-batch's forward and backward on one GPU, at the scenario's per-GPU batch.
+        t_micro_s: One micro-batch's forward and backward on one GPU, at a per-GPU batch of ``batch``.
         optimizer_s: One optimizer step (``None``: modelled per GPU count from the parameters).
         job: The job's gradient, parameters and communication settings.
         source: Where ``t_micro_s`` came from, in words.
@@ -57,6 +57,8 @@ class Calibration:
         measured_nodes: Nodes of the measurement (inter-node figures beyond it are the catalogue's).
         busy_power_w: Power per GPU (or CPU worker) measured while training, if known.
         assumptions: What was assumed, in words.
+        batch: The per-GPU batch ``t_micro_s`` is for (``None``: the scenario's at its first GPU count); at another
+            batch compute scales in proportion (:func:`micro_batch_s`).
     """
 
     t_micro_s: float
@@ -67,6 +69,19 @@ class Calibration:
     measured_nodes: int | None = None
     busy_power_w: float | None = None
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    batch: int | None = None
+
+
+def first_batch(scenario: Scenario) -> int:
+    """The scenario's per-GPU batch at its first (smallest) GPU count."""
+    return scenario.batch_at(scenario.gpu_counts[0])
+
+
+def micro_batch_s(scenario: Scenario, calibration: Calibration, gpus: int) -> float:
+    """One micro-batch's compute at ``gpus`` GPUs: the calibrated time, scaled to the per-GPU batch there (the same
+    time per sample)."""
+    reference = calibration.batch or first_batch(scenario)
+    return calibration.t_micro_s * scenario.batch_at(gpus) / reference
 
 
 def job_shape(scenario: Scenario, record_model: dict[str, Any] | None = None,
@@ -133,9 +148,9 @@ def calibrate(scenario: Scenario, fabric: Fabric) -> Calibration:
     if base is not None and base.throughput is not None and base.gpus is not None:
         return from_throughput(scenario, fabric, base.gpus, base.throughput)
     job = job_shape(scenario)
-    assumptions = (*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job))
+    assumptions = (*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job), *_batch_assumption(scenario))
     if base is not None and base.compute_s_per_sample is not None:
-        return Calibration(base.compute_s_per_sample * scenario.per_gpu_batch, None, job,
+        return Calibration(base.compute_s_per_sample * first_batch(scenario), None, job,
                            f"compute {base.compute_s_per_sample:.4g} s per sample (given)", assumptions=assumptions)
     flops = scenario.model.flops_per_sample
     spec = scenario.gpu_spec
@@ -143,7 +158,7 @@ def calibrate(scenario: Scenario, fabric: Fabric) -> Calibration:
     if flops is None or not peak:
         raise ConfigError(f"{scenario.source or 'scenario'}: needs a baseline (a run, or a measured throughput) or "
                           "model.flops_per_sample on a GPU with a known peak")
-    t_micro = flops * scenario.per_gpu_batch / (peak * ASSUMED_MFU)
+    t_micro = flops * first_batch(scenario) / (peak * ASSUMED_MFU)
     return Calibration(t_micro, None, job, f"{flops:.3g} FLOPs per sample at {ASSUMED_MFU:.0%} of the "
                        f"{spec.name if spec else scenario.gpu} datasheet peak (assumed MFU)",
                        assumptions=(*assumptions, f"MFU {ASSUMED_MFU:.0%} (no measurement of this model)"))
@@ -166,7 +181,8 @@ def from_throughput(scenario: Scenario, fabric: Fabric, gpus: int, throughput: f
         raise ConfigError(f"baseline.throughput must be positive, got {throughput:g}")
     job = job_shape(scenario)
     accum = scenario.accum_at(gpus) if _has_accum(scenario, gpus) else _nearest_accum(scenario, gpus)
-    step = scenario.per_gpu_batch * accum * gpus / throughput
+    batch = scenario.batch_at(gpus, nearest=True)
+    step = batch * accum * gpus / throughput
     optimizer = modelled_optimizer_s(scenario, job, gpus)
     t_micro = max((step - optimizer) / accum, 1e-12)
     for _ in range(50):  # what is not compute depends on t_micro: a fixed point, reached in a few rounds
@@ -178,7 +194,15 @@ def from_throughput(scenario: Scenario, fabric: Fabric, gpus: int, throughput: f
         t_micro = t_new
     return Calibration(t_micro, None, job, f"measured {throughput:,.0f} samples/s at {gpus} GPUs "
                        f"(accumulation {accum})", measured_gpus=gpus, measured_nodes=scenario.nodes(gpus),
-                       assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job)))
+                       assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job),
+                                    *_batch_assumption(scenario)), batch=batch)
+
+
+def _batch_assumption(scenario: Scenario) -> tuple[str, ...]:
+    if isinstance(scenario.per_gpu_batch, int):
+        return ()
+    return ("the per-GPU batch changes with the GPU count: a micro-batch's compute scales in proportion to it "
+            "(the same time per sample)",)
 
 
 def _has_accum(scenario: Scenario, gpus: int) -> bool:
@@ -231,7 +255,8 @@ def from_run(scenario: Scenario, run_dir: Path) -> Calibration:
     samples = statistics.median(s["samples"] for s in steps) / accum
     t_micro_run = statistics.median(s["compute_s"] for s in steps) / accum
     optimizer = statistics.median(s["optimizer_s"] for s in steps)
-    t_micro = t_micro_run * scenario.per_gpu_batch / samples
+    batch = first_batch(scenario)
+    t_micro = t_micro_run * batch / samples
     jitter = compute_jitter_cv(ranks, accum)
     job = job_shape(scenario, model, jitter)
     workers = len(ranks)
@@ -240,7 +265,7 @@ def from_run(scenario: Scenario, run_dir: Path) -> Calibration:
     seconds = energy.get("time_s") or 0.0
     power = joules / seconds / workers if joules and seconds else None
     assumptions = [f"compute scaled linearly from the run's micro-batch of {samples:g} samples to "
-                   f"{scenario.per_gpu_batch}" if samples != scenario.per_gpu_batch else ""]
+                   f"{batch}" if samples != batch else "", *_batch_assumption(scenario)]
     if power is not None and (energy.get("energy_j") or {}).get("source") == "estimated":
         assumptions.append("the run's power is dtpo's CPU model (estimated), not a counter")
     assumptions.extend(sharing_assumptions(scenario, job, measured_jitter=jitter is not None))
@@ -296,11 +321,12 @@ def _from_run_flops(scenario: Scenario, run_dir: Path, record: dict[str, Any]) -
                           f"{scenario.gpu} from it needs its counted FLOPs (--count-flops) and model section, and "
                           f"a datasheet peak for {scenario.gpu}")
     per_sample = float(flops) / (statistics.median(s["samples"] for s in steps))
-    t_micro = per_sample * scenario.per_gpu_batch / (peak * ASSUMED_MFU)
+    t_micro = per_sample * first_batch(scenario) / (peak * ASSUMED_MFU)
     job = job_shape(scenario, model)
     return Calibration(t_micro, None, job,
                        f"{per_sample:.3g} FLOPs per sample counted in dtpo run {run_dir} (on "
                        f"{ranks[0].get('device')}), at {ASSUMED_MFU:.0%} of the {spec.name if spec else ''} "
                        "datasheet peak (assumed MFU)",
                        assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job),
-                                    f"MFU {ASSUMED_MFU:.0%} on {scenario.gpu} (the run measured another device)"))
+                                    f"MFU {ASSUMED_MFU:.0%} on {scenario.gpu} (the run measured another device)",
+                                    *_batch_assumption(scenario)))

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.calibration import Calibration, calibrate, modelled_optimizer_s
+from dtpo.plan.calibration import Calibration, calibrate, micro_batch_s, modelled_optimizer_s
 from dtpo.plan.interconnect import CATALOGUE, find_link
 from dtpo.plan.power_at_scale import Cost, StepEnergy, gpu_power, price, scenario_step_energy
 from dtpo.plan.power_setting import LimitEffect, limit_model
@@ -101,9 +101,10 @@ def limiting_term(step: StepTime) -> str:
 # Said wherever a calibration made on one node is carried across nodes: what the model cannot see from there.
 SINGLE_NODE_CAVEAT = (
     "not modelled: costs a framework adds only once its job spans nodes (how it schedules its collectives, or "
-    "loads data from shared storage, for example), which a one-node calibration cannot see; NVIDIA's published BERT-Large pre-training on the same DGX A100 cluster reaches 95 % scaling "
-    "efficiency at 256 GPUs in PyTorch but 89 % in PaddlePaddle (DeepLearningExamples READMEs); a baseline "
-    "measured on two or more nodes includes them")
+    "loads data from shared storage, for example), which a one-node calibration cannot see; NVIDIA's published "
+    "BERT-Large pre-training on the same DGX A100 cluster reaches 95 % scaling efficiency at 256 GPUs in PyTorch "
+    "but 89 % in PaddlePaddle (DeepLearningExamples READMEs); a baseline measured on two or more nodes includes "
+    "them")
 
 
 def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibration | None = None,
@@ -123,7 +124,8 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
         optimizer = calibration.optimizer_s
         if optimizer is None:
             optimizer = modelled_optimizer_s(scenario, calibration.job, gpus)
-        steps.append(step_time(gpus, scenario.gpus_per_node, calibration.t_micro_s, scenario.accum_at(gpus),
+        steps.append(step_time(gpus, scenario.gpus_per_node, micro_batch_s(scenario, calibration, gpus),
+                               scenario.accum_at(gpus),
                                optimizer, calibration.job, fabric))
     power = scenario.power
     if calibration.busy_power_w is not None and power.busy_power_w is None:

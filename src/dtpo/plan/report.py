@@ -23,8 +23,9 @@ def plan_table(result: Plan) -> Table:
              f"{s.nics_per_node} x {result.fabric.inter.name}, {s.strategy}, {s.precision}")
     table = Table(title=escape(title), title_justify="left",
                   caption="* beyond what the calibration measured (extrapolated); energy and cost are model figures")
-    columns = ["GPUs", "nodes", "accum", "step ms", "compute ms", "exposed comm ms", "straggler wait ms",
-               "optimizer ms", "samples/s", "scaling eff.", "J/sample"]
+    varying_batch = not isinstance(s.per_gpu_batch, int)
+    columns = ["GPUs", "nodes", *(["batch"] if varying_batch else []), "accum", "step ms", "compute ms",
+               "exposed comm ms", "straggler wait ms", "optimizer ms", "samples/s", "scaling eff.", "J/sample"]
     if work:
         columns += ["hours", "kWh", "cost"]
     columns.append("limited by")
@@ -33,7 +34,8 @@ def plan_table(result: Plan) -> Table:
     for p in result.predictions:
         st = p.step
         mark = "*" if p.extrapolated else ""
-        row = [f"{p.gpus}{mark}", str(st.nodes), str(st.grad_accum), _ms(st.step_s), _ms(st.compute_s),
+        row = [f"{p.gpus}{mark}", str(st.nodes), *([str(s.batch_at(p.gpus))] if varying_batch else []),
+               str(st.grad_accum), _ms(st.step_s), _ms(st.compute_s),
                _ms(st.exposed_comm_s), _ms(st.sync_wait_s), _ms(st.optimizer_s),
                f"{p.throughput:,.1f}", f"{p.scaling_efficiency * 100:.1f} %", f"{p.energy.joules_per_sample:.4g}"]
         if work:
@@ -61,7 +63,8 @@ def plan_dict(result: Plan) -> dict[str, Any]:
     rows = []
     for p in result.predictions:
         st = p.step
-        rows.append({"gpus": p.gpus, "nodes": st.nodes, "grad_accum": st.grad_accum, "step_s": st.step_s,
+        rows.append({"gpus": p.gpus, "nodes": st.nodes, "per_gpu_batch": result.scenario.batch_at(p.gpus),
+                     "grad_accum": st.grad_accum, "step_s": st.step_s,
                      "compute_s": st.compute_s, "comm_s": st.comm_s, "exposed_comm_s": st.exposed_comm_s,
                      "optimizer_s": st.optimizer_s, "sync_wait_s": st.sync_wait_s,
                      "interference_s": st.interference_s, "throughput": p.throughput,

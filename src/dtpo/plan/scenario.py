@@ -51,7 +51,10 @@ out; ``baseline`` and ``work`` each take one of the forms their rows offer)::
     overlap_slowdown               float in [0, 1]              0.5           share of the communication hidden behind
                                                                               backward that still delays it on GPUs
                                                                               (NCCL kernels share the GPU)
-    per_gpu_batch                  int > 0            sample    required      micro-batch per GPU
+    per_gpu_batch                  int > 0 | table    sample    required      micro-batch per GPU: one number, or one
+                                                                              per GPU count like grad_accum ({8 = 32,
+                                                                              256 = 16}); compute per micro-batch
+                                                                              scales with it (same time per sample)
     grad_accum                     int >= 1 | table             1             micro-batches per optimizer step: one
                                                                               number, or one per GPU count, for every
                                                                               count of gpu_counts and no other
@@ -266,7 +269,8 @@ class Scenario:
         gpu: GPU model as written in the file (or ``"cpu"``).
         gpu_counts: GPU counts to predict, ascending.
         model: Model size and FLOPs.
-        per_gpu_batch: Micro-batch per GPU, in samples.
+        per_gpu_batch: Micro-batch per GPU, in samples: one for every count, or ``((gpus, batch), ...)`` for each
+            count of ``gpu_counts``, ascending; read it with :meth:`batch_at`.
         gpus_per_node: GPUs per node.
         intra_link: Link between the GPUs of a node.
         inter_link: Link between nodes.
@@ -293,7 +297,7 @@ class Scenario:
     gpu: str
     gpu_counts: tuple[int, ...]
     model: ModelSpec
-    per_gpu_batch: int
+    per_gpu_batch: int | tuple[tuple[int, int], ...]
     gpus_per_node: int = 8
     intra_link: str = "nvlink4"
     inter_link: str = "ib-ndr"
@@ -334,17 +338,21 @@ class Scenario:
         Raises:
             ConfigError: Accumulation is given per GPU count and ``gpus`` is not one of them.
         """
-        if isinstance(self.grad_accum, int):
-            return self.grad_accum
-        for count, accum in self.grad_accum:
-            if count == gpus:
-                return accum
-        raise _fail(self.source, f"grad_accum has no entry for {gpus} GPUs "
-                                 f"(it has {', '.join(str(count) for count, _ in self.grad_accum)})")
+        return _at(self.grad_accum, gpus, "grad_accum", self.source)
+
+    def batch_at(self, gpus: int, nearest: bool = False) -> int:
+        """Per-GPU micro-batch at ``gpus`` GPUs (with ``nearest``, the nearest count's where ``gpus`` has none).
+
+        Raises:
+            ConfigError: The batch is given per GPU count, ``gpus`` is not one of them and ``nearest`` is false.
+        """
+        if nearest and not isinstance(self.per_gpu_batch, int):
+            return min(self.per_gpu_batch, key=lambda kv: abs(kv[0] - gpus))[1]
+        return _at(self.per_gpu_batch, gpus, "per_gpu_batch", self.source)
 
     def samples_per_step(self, gpus: int) -> int:
         """Samples in one optimizer step at ``gpus`` GPUs: per-GPU batch x accumulation x GPUs."""
-        return self.per_gpu_batch * self.accum_at(gpus) * gpus
+        return self.batch_at(gpus) * self.accum_at(gpus) * gpus
 
     def nodes(self, gpus: int) -> int:
         """Nodes that ``gpus`` GPUs occupy (a partly used node counts as one)."""
@@ -367,6 +375,16 @@ class Scenario:
         from dtpo.plan.scenario_reader import ScenarioReader  # it builds these dataclasses: imported on use
 
         return ScenarioReader(where, Path(base_dir) if base_dir is not None else Path.cwd()).scenario(data)
+
+
+def _at(value: int | tuple[tuple[int, int], ...], gpus: int, name: str, source: str) -> int:
+    """A per-GPU-count field's value at ``gpus``: the one number, or the table's entry (ConfigError if none)."""
+    if isinstance(value, int):
+        return value
+    for count, number in value:
+        if count == gpus:
+            return number
+    raise _fail(source, f"{name} has no entry for {gpus} GPUs (it has {', '.join(str(c) for c, _ in value)})")
 
 
 def resolve_gpu(name: str) -> tuple[PowerSpec | None, GpuSpec | None]:

@@ -137,7 +137,7 @@ class ScenarioReader:
             raise self.fail(f"compression must be none with strategy fsdp (FSDP has no DDP comm hook), "
                             f"got {compression!r}")
         rank = self.integer(top.get("powersgd_rank", 1), "powersgd_rank", 1, 4)
-        batch = self.integer(self.require(top, "per_gpu_batch", ""), "per_gpu_batch")
+        batch = self.per_count(self.require(top, "per_gpu_batch", ""), counts, "per_gpu_batch", "per-GPU batch")
         accum = self.grad_accum(top.get("grad_accum", 1), counts)
         overlap = top.get("overlap", True)
         if not isinstance(overlap, bool):
@@ -203,20 +203,24 @@ class ScenarioReader:
                          flops_per_sample=flops)
 
     def grad_accum(self, value: object, counts: tuple[int, ...]) -> int | tuple[tuple[int, int], ...]:
+        return self.per_count(value, counts, "grad_accum", "accumulation")
+
+    def per_count(self, value: object, counts: tuple[int, ...], name: str,
+                  what: str) -> int | tuple[tuple[int, int], ...]:
+        """One positive integer, or a table of one per GPU count of ``counts`` (and no other)."""
         if not isinstance(value, Mapping):
-            return self.integer(value, "grad_accum")
+            return self.integer(value, name)
         by_count: dict[int, int] = {}
-        for key, accum in value.items():
+        for key, number in value.items():
             count = int(key) if _is_int(key) or (isinstance(key, str) and key.strip().isdigit()) else None
             if count is None or count < 1:
-                raise self.fail(f"grad_accum: key {key!r} must be a GPU count (a positive integer)")
+                raise self.fail(f"{name}: key {key!r} must be a GPU count (a positive integer)")
             if count not in counts:
-                raise self.fail(f"grad_accum: {count} GPUs is not in gpu_counts")
-            by_count[count] = self.integer(accum, f"grad_accum.{key}")
+                raise self.fail(f"{name}: {count} GPUs is not in gpu_counts")
+            by_count[count] = self.integer(number, f"{name}.{key}")
         for count in counts:
             if count not in by_count:
-                raise self.fail(f"grad_accum: no accumulation for {count} GPUs (give one for every count of "
-                                f"gpu_counts)")
+                raise self.fail(f"{name}: no {what} for {count} GPUs (give one for every count of gpu_counts)")
         return tuple(sorted(by_count.items()))
 
     def baseline(self, value: object) -> Baseline:
