@@ -83,18 +83,20 @@ STATED_PARAMETERS = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(m|b)(?:illion)?(?!
 # None for "by GPU", inter-node link, NICs per node, GPUs per node). NICs per node from the systems' datasheets:
 # DGX-1 4x EDR IB, DGX-2 8x EDR IB, DGX A100 8x HDR IB (compute fabric), DGX H100/H200 8x NDR IB.
 GPUS = (("h200", "H200"), ("h100", "H100"), ("a100", "A100"), ("a40", "A40"), ("a10g", "A10"), ("a10", "A10"),
-        ("l40s", "L40S"), ("l4", "L4"), ("v100", "V100"), ("p100", "P100"), ("t4", "T4"))
+        ("l40s", "L40S"), ("l4", "L4"), ("v100", "V100"), ("p100", "P100"), ("t4", "T4"), ("mi300x", "MI300X"))
 SYSTEMS = (("dgx h200", ("nvlink4", "ib-ndr", 8, 8)), ("dgx h100", ("nvlink4", "ib-ndr", 8, 8)),
            ("dgx a100", ("nvlink3", "ib-hdr", 8, 8)), ("dgx-2", ("nvlink2", "ib-edr", 8, 16)),
            ("dgx-1", (None, "ib-edr", 4, 8)))
 # A GPU's own NVLink generation (DGX-1's cube mesh for P100: see the nvlink1 entry of the catalogue), and where no
 # system is named, the fabric of the system that GPU shipped in; PCIe cards (A40, A10, L40S, L4, T4) talk over PCIe
-# inside a node, and between nodes over what the series' interconnect names (25 GbE when it names none).
+# inside a node, and between nodes over what the series' interconnect names (25 GbE when it names none); MI300X
+# platforms have the xGMI mesh and, like Azure's ND MI300X v5, 8 x 400G InfiniBand.
 GPU_LINKS = {"H200": ("nvlink4", "ib-ndr", 8, 8), "H100": ("nvlink4", "ib-ndr", 8, 8),
              "A100": ("nvlink3", "ib-hdr", 8, 8), "V100": ("nvlink2", "ib-edr", 8, 8),
              "P100": ("nvlink1", "ib-edr", 4, 8), "A40": ("pcie4", "eth-25g-tcp", 1, 8),
              "A10": ("pcie4", "eth-25g-tcp", 1, 8), "L40S": ("pcie4", "eth-25g-tcp", 1, 8),
-             "L4": ("pcie4", "eth-25g-tcp", 1, 8), "T4": ("pcie3", "eth-25g-tcp", 1, 8)}
+             "L4": ("pcie4", "eth-25g-tcp", 1, 8), "T4": ("pcie3", "eth-25g-tcp", 1, 8),
+             "MI300X": ("xgmi-mi300x", "ib-ndr", 8, 8)}
 # Fabrics an interconnect text may name (overriding the system's), and how many NICs: "8x200G HDR IB", "4x EDR".
 FABRICS = (("ndr", "ib-ndr"), ("hdr", "ib-hdr"), ("edr", "ib-edr"), ("roce", "roce-100g"),
            ("25gbe", "eth-25g-tcp"), ("25 gbe", "eth-25g-tcp"), ("25g ethernet", "eth-25g-tcp"))

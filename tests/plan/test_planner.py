@@ -186,6 +186,13 @@ def test_a_per_gpu_batch_that_changes_with_the_count_scales_the_micro_batchs_com
     assert later.predictions[0].step.compute_s == pytest.approx(fixed.predictions[0].step.compute_s / 2, rel=1e-6)
 
 
+def test_a_gpu_known_only_from_its_datasheet_still_pays_for_its_optimizer_step() -> None:
+    result = plan(_scenario(gpu="L40S"))
+    optimizer = result.predictions[0].step.optimizer_s
+    assert optimizer == pytest.approx(1_300_000_000 * 32 / 864e9)  # AdamW's 32 B per parameter at 864 GB/s
+    assert any("at 0.86 TB/s" in a for a in result.assumptions)
+
+
 def test_the_deadline_picks_the_cheapest_configuration_that_meets_it() -> None:
     scenario = _scenario()
     options = {(p.gpus, link): p.cost for link in ("ib-ndr", "roce-100g", "ib-hdr", "eth-25g-tcp")

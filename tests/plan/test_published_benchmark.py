@@ -90,6 +90,8 @@ def test_a_gpu_name_is_not_read_inside_a_longer_one(bench: ModuleType) -> None:
     assert bench.hardware_of(_series(hardware="8x A100 40GB", model="ResNet-50"))[0] == "A100"
     assert bench.hardware_of(_series(hardware="8x L40S", model="ResNet-50"))[0] == "L40S"
     assert bench.hardware_of(_series(hardware="a cluster", model="GPT4-like")) is None
+    assert bench.hardware_of(_series(hardware="8x AMD MI300X", model="GPT-3 1.3B"))[:3] == (
+        "MI300X", "xgmi-mi300x", "ib-ndr")
 
 
 def test_the_fabric_and_gpus_per_node_the_text_names_replace_the_systems(bench: ModuleType) -> None:

@@ -126,9 +126,12 @@ def sharing_assumptions(scenario: Scenario, job: JobShape, measured_jitter: bool
 
 
 def memory_bandwidth(scenario: Scenario) -> float | None:
-    """The GPU's peak memory bandwidth from its power model, if dtpo has one."""
+    """The GPU's peak memory bandwidth: its power model's, else its datasheet's, if dtpo knows either."""
     spec = scenario.power_spec
-    return float(spec.memory_bandwidth_bps) if spec is not None else None
+    if spec is not None:
+        return float(spec.memory_bandwidth_bps)
+    sheet = scenario.gpu_spec
+    return float(sheet.memory_bps) if sheet is not None and sheet.memory_bps else None
 
 
 def modelled_optimizer_s(scenario: Scenario, job: JobShape, gpus: int) -> float:

@@ -135,6 +135,12 @@ CATALOGUE: dict[str, Link] = {
              "NVIDIA (Mellanox) ConnectX-5 EDR InfiniBand, 100 Gb/s per port (DGX-1: 4, DGX-2: 8 per node, "
              "datasheets); latency typical for NCCL over IB (2-5 us)", 0.85,
              "typical: NCCL busbw over IB with GPUDirect RDMA reaches ~0.8-0.9 of line rate"),
+        Link("xgmi-mi300x", "intra", 7 * 64 * GB, 2e-6,
+             "AMD Instinct MI300X platform: each GPU has 7 Infinity Fabric (xGMI) links of 64 GB/s per direction, "
+             "one to each of its 7 peers (fully connected mesh); AMD ROCm blog 'Understanding RCCL Bandwidth and "
+             "xGMI Performance on AMD Instinct MI300X' (2025-03-02); latency typical for RCCL", 0.75,
+             "the same blog: CRC and protocol overhead leave ~48 GB/s usable of each link's 64 (75 %), and RCCL's "
+             "rings use all 7 links at once"),
         Link("loopback", "intra", 10 * GB, 10e-6,
              "placeholder, not a measurement: processes on one host over shared memory / TCP loopback", 1.0,
              "placeholder to be calibrated with dtpo.plan.link_fit; host memcpy rates vary widely (~5-20 GB/s)"),
@@ -153,6 +159,7 @@ ALIASES: dict[str, str] = {
     "roce": "roce-100g", "roce100": "roce-100g", "roce-100": "roce-100g", "roce100g": "roce-100g",
     "tcp": "eth-25g-tcp", "25gbe": "eth-25g-tcp", "eth-25g": "eth-25g-tcp", "ethernet-25g": "eth-25g-tcp",
     "shm": "loopback", "localhost": "loopback", "local": "loopback",
+    "xgmi": "xgmi-mi300x", "infinity-fabric": "xgmi-mi300x", "mi300x-xgmi": "xgmi-mi300x",
 }
 
 

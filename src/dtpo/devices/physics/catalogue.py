@@ -1,7 +1,8 @@
-"""Peak dense throughput of accelerators, from vendors' datasheets.
+"""Peak dense throughput and memory bandwidth of accelerators, from vendors' datasheets.
 
 Figures are dense (no structured sparsity) tensor-core peaks in FLOP/s. Used as the denominator of MFU on
-GPUs; on CPUs dtpo measures the peak instead (see :mod:`dtpo.session.mfu`).
+GPUs; on CPUs dtpo measures the peak instead (see :mod:`dtpo.session.mfu`). Memory bandwidth is the datasheet's
+peak (the SXM / OAM part where a GPU comes in several), for memory-bound work such as the optimizer step.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class GpuSpec:
         bf16: Peak BF16 tensor FLOP/s (dense), if supported.
         fp16: Peak FP16 tensor FLOP/s (dense).
         tdp_w: Maximum board power (W).
+        memory_bps: Peak memory bandwidth (bytes/s), if known.
     """
 
     name: str
@@ -32,24 +34,25 @@ class GpuSpec:
     bf16: float | None
     fp16: float
     tdp_w: float
+    memory_bps: float | None = None
 
 
 # More specific entries first: the first whose substrings all occur wins.
 GPUS: tuple[GpuSpec, ...] = (
-    GpuSpec("NVIDIA H200", ("h200",), 66.9 * TERA, 494.7 * TERA, 989.4 * TERA, 989.4 * TERA, 700),
-    GpuSpec("NVIDIA H100 PCIe", ("h100", "pcie"), 51.2 * TERA, 378.0 * TERA, 756.5 * TERA, 756.5 * TERA, 350),
-    GpuSpec("NVIDIA H100 NVL", ("h100", "nvl"), 60.0 * TERA, 417.5 * TERA, 835.0 * TERA, 835.0 * TERA, 400),
-    GpuSpec("NVIDIA H100 SXM", ("h100",), 66.9 * TERA, 494.7 * TERA, 989.4 * TERA, 989.4 * TERA, 700),
-    GpuSpec("NVIDIA A100", ("a100",), 19.5 * TERA, 156.0 * TERA, 312.0 * TERA, 312.0 * TERA, 400),
-    GpuSpec("NVIDIA L40S", ("l40s",), 91.6 * TERA, 183.0 * TERA, 362.0 * TERA, 362.0 * TERA, 350),
-    GpuSpec("NVIDIA A40", ("a40",), 37.4 * TERA, 74.8 * TERA, 149.7 * TERA, 149.7 * TERA, 300),
-    GpuSpec("NVIDIA A10", ("a10",), 31.2 * TERA, 62.5 * TERA, 125.0 * TERA, 125.0 * TERA, 150),
-    GpuSpec("NVIDIA L4", ("l4",), 30.3 * TERA, 60.0 * TERA, 121.0 * TERA, 121.0 * TERA, 72),
-    GpuSpec("NVIDIA V100", ("v100",), 15.7 * TERA, None, None, 125.0 * TERA, 300),
-    GpuSpec("NVIDIA T4", ("t4",), 8.1 * TERA, None, None, 65.0 * TERA, 70),
-    GpuSpec("NVIDIA P100", ("p100",), 10.6 * TERA, None, None, 21.2 * TERA, 300),
-    GpuSpec("AMD Instinct MI300X", ("mi300x",), 163.4 * TERA, 653.7 * TERA, 1307.4 * TERA, 1307.4 * TERA, 750),
-    GpuSpec("AMD Instinct MI250X", ("mi250x",), 95.7 * TERA, None, 383.0 * TERA, 383.0 * TERA, 560),
+    GpuSpec("NVIDIA H200", ("h200",), 66.9 * TERA, 494.7 * TERA, 989.4 * TERA, 989.4 * TERA, 700, 4.8e12),
+    GpuSpec("NVIDIA H100 PCIe", ("h100", "pcie"), 51.2 * TERA, 378.0 * TERA, 756.5 * TERA, 756.5 * TERA, 350, 2.0e12),
+    GpuSpec("NVIDIA H100 NVL", ("h100", "nvl"), 60.0 * TERA, 417.5 * TERA, 835.0 * TERA, 835.0 * TERA, 400, 3.9e12),
+    GpuSpec("NVIDIA H100 SXM", ("h100",), 66.9 * TERA, 494.7 * TERA, 989.4 * TERA, 989.4 * TERA, 700, 3.35e12),
+    GpuSpec("NVIDIA A100", ("a100",), 19.5 * TERA, 156.0 * TERA, 312.0 * TERA, 312.0 * TERA, 400, 2.039e12),
+    GpuSpec("NVIDIA L40S", ("l40s",), 91.6 * TERA, 183.0 * TERA, 362.0 * TERA, 362.0 * TERA, 350, 864e9),
+    GpuSpec("NVIDIA A40", ("a40",), 37.4 * TERA, 74.8 * TERA, 149.7 * TERA, 149.7 * TERA, 300, 696e9),
+    GpuSpec("NVIDIA A10", ("a10",), 31.2 * TERA, 62.5 * TERA, 125.0 * TERA, 125.0 * TERA, 150, 600e9),
+    GpuSpec("NVIDIA L4", ("l4",), 30.3 * TERA, 60.0 * TERA, 121.0 * TERA, 121.0 * TERA, 72, 300e9),
+    GpuSpec("NVIDIA V100", ("v100",), 15.7 * TERA, None, None, 125.0 * TERA, 300, 900e9),
+    GpuSpec("NVIDIA T4", ("t4",), 8.1 * TERA, None, None, 65.0 * TERA, 70, 320e9),
+    GpuSpec("NVIDIA P100", ("p100",), 10.6 * TERA, None, None, 21.2 * TERA, 300, 732e9),
+    GpuSpec("AMD Instinct MI300X", ("mi300x",), 163.4 * TERA, 653.7 * TERA, 1307.4 * TERA, 1307.4 * TERA, 750, 5.3e12),
+    GpuSpec("AMD Instinct MI250X", ("mi250x",), 95.7 * TERA, None, 383.0 * TERA, 383.0 * TERA, 560, 3.2768e12),
 )
 
 
