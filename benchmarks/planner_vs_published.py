@@ -98,7 +98,9 @@ GPU_LINKS = {"H200": ("nvlink4", "ib-ndr", 8, 8), "H100": ("nvlink4", "ib-ndr", 
              "L4": ("pcie4", "eth-25g-tcp", 1, 8), "T4": ("pcie3", "eth-25g-tcp", 1, 8),
              "MI300X": ("xgmi-mi300x", "ib-ndr", 8, 8)}
 # Fabrics an interconnect text may name (overriding the system's), and how many NICs: "8x200G HDR IB", "4x EDR".
-FABRICS = (("ndr", "ib-ndr"), ("hdr", "ib-hdr"), ("edr", "ib-edr"), ("roce", "roce-100g"),
+FABRICS = (("ndr", "ib-ndr"), ("hdr", "ib-hdr"), ("edr", "ib-edr"), ("400g roce", "roce-400g"),
+           ("400gbe roce", "roce-400g"), ("roce 400g", "roce-400g"), ("200g roce", "roce-200g"),
+           ("200gbe roce", "roce-200g"), ("roce 200g", "roce-200g"), ("roce", "roce-100g"),
            ("25gbe", "eth-25g-tcp"), ("25 gbe", "eth-25g-tcp"), ("25g ethernet", "eth-25g-tcp"))
 NIC_COUNT = re.compile(r"(\d+)\s*[x\u00d7]\s*(?:\d+\s*g\w*\s*)?(?:ndr|hdr|edr|roce|infiniband|ib\b|nic)")
 # Notes that say where the gradients travel in 16 bits (apex O2 models, fp16 all-reduce or compression); otherwise

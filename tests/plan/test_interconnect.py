@@ -10,10 +10,12 @@ from dtpo.plan.interconnect import CATALOGUE, Link, find_link, link_names, node_
 
 def test_the_catalogue_holds_the_expected_links_in_bytes_per_second() -> None:
     assert link_names() == ["nvlink3", "nvlink4", "nvlink1", "pcie3", "pcie4", "pcie5", "ib-hdr", "ib-ndr",
-                            "roce-100g", "eth-25g-tcp", "nvlink2", "ib-edr", "xgmi-mi300x", "loopback"]
+                            "roce-100g", "roce-200g", "roce-400g", "eth-25g-tcp", "nvlink2", "ib-edr", "xgmi-mi300x",
+                            "loopback"]
     expected = {"nvlink1": 80e9, "nvlink2": 150e9, "ib-edr": 12.5e9, "pcie3": 16e9, "nvlink3": 300e9,
                 "nvlink4": 450e9, "pcie4": 32e9, "pcie5": 64e9,
-                "ib-hdr": 25e9, "ib-ndr": 50e9, "roce-100g": 12.5e9, "eth-25g-tcp": 3.125e9, "xgmi-mi300x": 448e9}
+                "ib-hdr": 25e9, "ib-ndr": 50e9, "roce-100g": 12.5e9, "eth-25g-tcp": 3.125e9, "xgmi-mi300x": 448e9,
+                "roce-200g": 25e9, "roce-400g": 50e9}
     for name, bandwidth in expected.items():
         assert find_link(name).bus_bandwidth_Bps == pytest.approx(bandwidth)
     assert find_link("pcie4").effective_bandwidth_Bps == pytest.approx(25e9)
@@ -37,7 +39,7 @@ def test_every_entry_says_where_its_figures_come_from_and_why_its_efficiency() -
 @pytest.mark.parametrize(("alias", "name"), [("NVLink4", "nvlink4"), ("IB_HDR", "ib-hdr"), (" HDR ", "ib-hdr"),
                                              ("ndr", "ib-ndr"), ("RoCE", "roce-100g"), ("TCP", "eth-25g-tcp"),
                                              ("PCIe-Gen5", "pcie5"), ("SHM", "loopback"),
-                                             ("xGMI", "xgmi-mi300x")])
+                                             ("xGMI", "xgmi-mi300x"), ("RoCE400", "roce-400g")])
 def test_aliases_are_accepted_in_any_case(alias: str, name: str) -> None:
     assert find_link(alias) is CATALOGUE[name]
 

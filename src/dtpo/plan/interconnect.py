@@ -122,6 +122,14 @@ CATALOGUE: dict[str, Link] = {
         Link("roce-100g", "inter", _gbit(100), 7e-6,
              "100 GbE RoCE v2 NIC, 100 Gb/s; latency typical for NCCL over RoCE (5-10 us)", 0.8,
              "typical: a lossless (PFC/ECN) RoCE fabric gets a little less than IB, ~0.75-0.85 of line rate"),
+        Link("roce-200g", "inter", _gbit(200), 7e-6,
+             "200 GbE RoCE v2 NIC (e.g. NVIDIA ConnectX-6 Dx/ConnectX-7), 200 Gb/s; latency typical for NCCL over "
+             "RoCE (5-10 us)", 0.8,
+             "as roce-100g: a lossless (PFC/ECN) RoCE fabric gets ~0.75-0.85 of line rate"),
+        Link("roce-400g", "inter", _gbit(400), 7e-6,
+             "400 GbE RoCE v2 NIC (e.g. NVIDIA ConnectX-7, BlueField-3), 400 Gb/s; latency typical for NCCL over RoCE "
+             "(5-10 us)", 0.8,
+             "as roce-100g: a lossless (PFC/ECN) RoCE fabric gets ~0.75-0.85 of line rate"),
         Link("eth-25g-tcp", "inter", _gbit(25), 30e-6,
              "25 GbE, NCCL socket transport over TCP; latency typical for kernel TCP (20-50 us)", 0.6,
              "typical: TCP through the kernel with few NCCL socket threads reaches ~0.5-0.7 of line rate"),
@@ -157,6 +165,8 @@ ALIASES: dict[str, str] = {
     "edr": "ib-edr", "infiniband-edr": "ib-edr", "ibedr": "ib-edr",
     "ndr": "ib-ndr", "infiniband-ndr": "ib-ndr", "ibndr": "ib-ndr",
     "roce": "roce-100g", "roce100": "roce-100g", "roce-100": "roce-100g", "roce100g": "roce-100g",
+    "roce200": "roce-200g", "roce-200": "roce-200g", "roce200g": "roce-200g",
+    "roce400": "roce-400g", "roce-400": "roce-400g", "roce400g": "roce-400g",
     "tcp": "eth-25g-tcp", "25gbe": "eth-25g-tcp", "eth-25g": "eth-25g-tcp", "ethernet-25g": "eth-25g-tcp",
     "shm": "loopback", "localhost": "loopback", "local": "loopback",
     "xgmi": "xgmi-mi300x", "infinity-fabric": "xgmi-mi300x", "mi300x-xgmi": "xgmi-mi300x",
