@@ -190,10 +190,11 @@ def hardware_of(series: dict[str, Any]) -> tuple[str, str, str, int, int] | None
     intra, inter, nics, per_node = system if system is not None else GPU_LINKS[gpu]
     wired = str(series.get("interconnect", "")).lower()
     fabric = _first(wired, FABRICS)
+    count = NIC_COUNT.search(wired)
     if fabric is not None and fabric != inter:
-        inter = fabric
-        count = NIC_COUNT.search(wired)
-        nics = int(count.group(1)) if count else 1
+        inter, nics = fabric, 1
+    if count:
+        nics = int(count.group(1))
     stated = re.search(r"(\d+)\s*(?:x\s*)?gpus?\s*(?:/|per)\s*node", low)
     if stated:
         per_node = int(stated.group(1))

@@ -98,6 +98,7 @@ def test_the_fabric_and_gpus_per_node_the_text_names_replace_the_systems(bench: 
     hardware = bench.hardware_of(_series(hardware="DGX A100 (8 GPU/node)", interconnect="2x 100G RoCE per node"))
     assert hardware == ("A100", "nvlink3", "roce-100g", 2, 8)
     assert bench.hardware_of(_series(hardware="HGX H100", interconnect="8x 400G RoCE"))[2:4] == ("roce-400g", 8)
+    assert bench.hardware_of(_series(hardware="DGX A100", interconnect="4x HDR IB"))[2:4] == ("ib-hdr", 4)
     assert bench.hardware_of(_series(hardware="HGX H100, 4 GPUs per node", interconnect="NDR"))[2:] == (
         "ib-ndr", 8, 4)
 
