@@ -12,7 +12,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.plan.calibration import calibrate, compute_jitter_cv, from_run
 from dtpo.plan.collectives import LinkCost
 from dtpo.plan.interconnect import find_link
-from dtpo.plan.predict import SINGLE_NODE_CAVEAT, cheapest, fabric_of, limiting_term, plan
+from dtpo.plan.predict import PARTIAL_NODE_CAVEAT, SINGLE_NODE_CAVEAT, cheapest, fabric_of, limiting_term, plan
 from dtpo.plan.scenario import Scenario, load_scenario
 from dtpo.plan.step_model import Fabric, JobShape, StepTime, expected_max_normal, step_time
 
@@ -161,13 +161,13 @@ def test_a_calibration_from_a_measured_throughput_reproduces_it() -> None:
     assert roce.predictions[-1].throughput < result.predictions[-1].throughput
 
 
-def test_a_one_node_calibration_carried_across_nodes_says_what_it_cannot_see() -> None:
+def test_a_calibration_carried_beyond_what_it_measured_says_what_it_cannot_see() -> None:
     across = plan(_scenario())
-    assert SINGLE_NODE_CAVEAT in across.assumptions
+    assert SINGLE_NODE_CAVEAT in across.assumptions and PARTIAL_NODE_CAVEAT not in across.assumptions
     inside = plan(_scenario(gpu_counts=[1, 2, 8], baseline={"gpus": 1, "throughput": 50.0}))
-    assert SINGLE_NODE_CAVEAT not in inside.assumptions
+    assert SINGLE_NODE_CAVEAT not in inside.assumptions and PARTIAL_NODE_CAVEAT in inside.assumptions
     two_nodes = plan(_scenario(gpu_counts=[16, 64, 512], baseline={"gpus": 16, "throughput": 800.0}))
-    assert SINGLE_NODE_CAVEAT not in two_nodes.assumptions
+    assert SINGLE_NODE_CAVEAT not in two_nodes.assumptions and PARTIAL_NODE_CAVEAT not in two_nodes.assumptions
 
 
 def test_a_per_gpu_batch_that_changes_with_the_count_scales_the_micro_batchs_compute() -> None:

@@ -98,6 +98,14 @@ def limiting_term(step: StepTime) -> str:
     return "compute (scales linearly)"
 
 
+# Said wherever a calibration made on part of a node is carried to more GPUs: what the model cannot see from there.
+PARTIAL_NODE_CAVEAT = (
+    "not modelled: what the GPUs of one node share (the host's CPU cores that load data, memory and PCIe "
+    "bandwidth, power and cooling) and what a job pays only once it is distributed, which a calibration on fewer "
+    "GPUs than a node cannot see; NVIDIA's published runs on one DGX A100 reach 84-97 % of linear speed-up on 8 "
+    "GPUs (DeepLearningExamples READMEs: ResNet-50 6.72x in mixed precision and 7.72x in TF32, Transformer-big "
+    "6.72x and 6.81x); a baseline measured on a full node includes them")
+
 # Said wherever a calibration made on one node is carried across nodes: what the model cannot see from there.
 SINGLE_NODE_CAVEAT = (
     "not modelled: costs a framework adds only once its job spans nodes (how it schedules its collectives, or "
@@ -147,6 +155,9 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
         predictions.append(Prediction(step, samples, throughput, throughput / step.gpus / base_per_gpu, energy, cost,
                                       limiting_term(step), beyond or calibration.measured_gpus is None))
         notes.extend(a for a in (_COUNTS.sub("", a) for a in energy.assumptions) if a not in notes)
+    measured = calibration.measured_gpus
+    if measured is not None and measured < scenario.gpus_per_node and any(step.gpus > measured for step in steps):
+        notes.append(PARTIAL_NODE_CAVEAT)
     if (calibration.measured_nodes or 1) == 1 and any(step.nodes > 1 for step in steps):
         notes.append(SINGLE_NODE_CAVEAT)
     link, intra, inter = fabric.inter, fabric.intra_cost, fabric.inter_cost
