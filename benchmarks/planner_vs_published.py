@@ -17,8 +17,9 @@ the CPU over PCIe as backward produces them, by copy engines that do not contend
 
 Held out: ``--data benchmarks/data/published_scaling_heldout.json`` holds 20 more series (BERT-Large in PaddlePaddle,
 TensorFlow 2 and TensorFlow 1 on DGX A100 and DGX-2H; Transformer-big and Jasper on 1-8 GPUs of one DGX A100),
-collected after the planner's defaults were set and used to set nothing. ``--calibrate-on K`` calibrates on each series' K-th smallest point instead (2 is usually the first on
-two nodes) and predicts the larger ones: how much a measured multi-node point helps.
+collected after the planner's defaults were set and used to set nothing. ``--calibrate-on K`` calibrates on each
+series' K-th smallest point instead (2 is usually the first on two nodes, or a part of a node) and predicts the
+larger ones: how much a measured point beyond a single GPU or node helps.
 
 Usage: ``python benchmarks/planner_vs_published.py [--data FILE] [--calibrate-on K] [--write-scenarios DIR]``
 """
