@@ -168,6 +168,8 @@ def test_a_calibration_carried_beyond_what_it_measured_says_what_it_cannot_see()
     assert SINGLE_NODE_CAVEAT not in inside.assumptions and PARTIAL_NODE_CAVEAT in inside.assumptions
     two_nodes = plan(_scenario(gpu_counts=[16, 64, 512], baseline={"gpus": 16, "throughput": 800.0}))
     assert SINGLE_NODE_CAVEAT not in two_nodes.assumptions and PARTIAL_NODE_CAVEAT not in two_nodes.assumptions
+    from_flops = plan(_scenario(baseline={"compute_s_per_sample": 0.02}))
+    assert SINGLE_NODE_CAVEAT in from_flops.assumptions and PARTIAL_NODE_CAVEAT in from_flops.assumptions
 
 
 def test_a_per_gpu_batch_that_changes_with_the_count_scales_the_micro_batchs_compute() -> None:

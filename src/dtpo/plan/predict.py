@@ -155,8 +155,8 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
         predictions.append(Prediction(step, samples, throughput, throughput / step.gpus / base_per_gpu, energy, cost,
                                       limiting_term(step), beyond or calibration.measured_gpus is None))
         notes.extend(a for a in (_COUNTS.sub("", a) for a in energy.assumptions) if a not in notes)
-    measured = calibration.measured_gpus
-    if measured is not None and measured < scenario.gpus_per_node and any(step.gpus > measured for step in steps):
+    measured = calibration.measured_gpus or 1  # nothing measured on this GPU: as little as one of them
+    if measured < scenario.gpus_per_node and any(step.gpus > measured for step in steps):
         notes.append(PARTIAL_NODE_CAVEAT)
     if (calibration.measured_nodes or 1) == 1 and any(step.nodes > 1 for step in steps):
         notes.append(SINGLE_NODE_CAVEAT)
