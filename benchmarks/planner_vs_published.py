@@ -80,14 +80,14 @@ MODELS = (("roberta-large", 355_000_000), ("roberta large", 355_000_000), ("robe
           ("transformer-xl large", 284_000_000), ("transformer-xl base", 151_000_000))
 # A parameter count written in the model's text: "1.3B", "340M parameters", "1.5 billion".
 STATED_PARAMETERS = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)\s*(m|b)(?:illion)?(?![a-z0-9])(?!\s*(?:tok|sampl|seq|imag))")
-# GPUs by name (not inside a longer name: "a10" is not "a100", "l4" not "l40s"); then systems: (intra-node link or
-# None for "by GPU", inter-node link, NICs per node, GPUs per node). NICs per node from the systems' datasheets:
+# GPUs by name (not inside a longer name: "a10" is not "a100", "l4" not "l40s"); then systems: (their GPU, intra-node
+# link or None for "by GPU", inter-node link, NICs per node, GPUs per node). NICs per node from the systems' datasheets:
 # DGX-1 4x EDR IB, DGX-2 8x EDR IB, DGX A100 8x HDR IB (compute fabric), DGX H100/H200 8x NDR IB.
 GPUS = (("h200", "H200"), ("h100", "H100"), ("a100", "A100"), ("a40", "A40"), ("a10g", "A10"), ("a10", "A10"),
         ("l40s", "L40S"), ("l4", "L4"), ("v100", "V100"), ("p100", "P100"), ("t4", "T4"), ("mi300x", "MI300X"))
-SYSTEMS = (("dgx h200", ("nvlink4", "ib-ndr", 8, 8)), ("dgx h100", ("nvlink4", "ib-ndr", 8, 8)),
-           ("dgx a100", ("nvlink3", "ib-hdr", 8, 8)), ("dgx-2", ("nvlink2", "ib-edr", 8, 16)),
-           ("dgx-1", (None, "ib-edr", 4, 8)))
+SYSTEMS = (("dgx h200", ("H200", "nvlink4", "ib-ndr", 8, 8)), ("dgx h100", ("H100", "nvlink4", "ib-ndr", 8, 8)),
+           ("dgx a100", ("A100", "nvlink3", "ib-hdr", 8, 8)), ("dgx-2", ("V100", "nvlink2", "ib-edr", 8, 16)),
+           ("dgx-1", ("P100", None, "ib-edr", 4, 8)))
 # A GPU's own NVLink generation (DGX-1's cube mesh for P100: see the nvlink1 entry of the catalogue), and where no
 # system is named, the fabric of the system that GPU shipped in; PCIe cards (A40, A10, L40S, L4, T4) talk over PCIe
 # inside a node, and between nodes over what the series' interconnect names (25 GbE when it names none); MI300X
@@ -115,6 +115,8 @@ NO_OVERLAP = re.compile(r"after (?:the )?(?:accumulation|backward|merged)|post[-
 PARAMETER_SERVER = re.compile(r"ps on cpu|parameter server")
 # What a point may carry of its own accumulation or global batch (a published table's column).
 POINT_ACCUM_KEYS = ("grad_accum", "accum", "accumulation", "accumulation_steps", "gradient_accumulation")
+
+
 def _first(text: str, table: tuple[tuple[str, Any], ...], whole: bool = False) -> Any:
     """The value of the first key found in ``text`` (with ``whole``, not as part of a longer name)."""
     low = text.lower()
@@ -180,15 +182,11 @@ def hardware_of(series: dict[str, Any]) -> tuple[str, str, str, int, int] | None
     ``16 GPUs per node``) replaces the system's.
     """
     text = " ".join(str(series.get(k, "")) for k in ("hardware", "model", "interconnect"))
-    low = text.lower()
-    gpu = _first(text, GPUS, whole=True)
     system = _first(text, SYSTEMS)
-    if gpu is None:
-        gpu = {"dgx h200": "H200", "dgx h100": "H100", "dgx a100": "A100", "dgx-2": "V100", "dgx-1": "P100"}.get(
-            next((key for key, _ in SYSTEMS if key in low), ""))
+    gpu = _first(text, GPUS, whole=True) or (system[0] if system is not None else None)
     if gpu is None:
         return None
-    intra, inter, nics, per_node = system if system is not None else GPU_LINKS[gpu]
+    intra, inter, nics, per_node = system[1:] if system is not None else GPU_LINKS[gpu]
     wired = str(series.get("interconnect", "")).lower()
     fabric = _first(wired, FABRICS)
     count = NIC_COUNT.search(wired)
@@ -196,7 +194,7 @@ def hardware_of(series: dict[str, Any]) -> tuple[str, str, str, int, int] | None
         inter, nics = fabric, 1
     if count:
         nics = int(count.group(1))
-    stated = re.search(r"(\d+)\s*(?:x\s*)?gpus?\s*(?:/|per)\s*node", low)
+    stated = re.search(r"(\d+)\s*(?:x\s*)?gpus?\s*(?:/|per)\s*node", text.lower())
     if stated:
         per_node = int(stated.group(1))
     return gpu, intra or GPU_LINKS[gpu][0], inter, nics, per_node
@@ -267,8 +265,9 @@ def to_toml(data: dict[str, Any], series: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def check_series(series: Any) -> None:
-    """Raise ConfigError naming the first field a series lacks or gets wrong (id, points, per_gpu_batch)."""
+def checked_series(series: Any) -> dict[str, Any]:
+    """The series, its ``per_gpu_batch`` filled in from its points' where only they give one; ConfigError naming
+    the first field it lacks or gets wrong (id, points, per_gpu_batch)."""
     if not isinstance(series, dict) or not isinstance(series.get("id"), str) or not series["id"]:
         raise ConfigError(f"a series must be a table with an 'id', got {str(series)[:60]!r}")
     points = series.get("points")
@@ -280,11 +279,12 @@ def check_series(series: Any) -> None:
     if len({p["gpus"] for p in points}) != len(points):
         raise ConfigError(f"series {series['id']}: 'points' gives a GPU count twice")
     batch = series.get("per_gpu_batch")
-    if all(isinstance(p.get("per_gpu_batch"), int) and p["per_gpu_batch"] > 0 for p in points) and batch is None:
-        series["per_gpu_batch"] = batch = min(p["per_gpu_batch"] for p in points)  # each point gives its own
+    if batch is None and all(isinstance(p.get("per_gpu_batch"), int) and p["per_gpu_batch"] > 0 for p in points):
+        batch = min(p["per_gpu_batch"] for p in points)  # each point gives its own
     if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
         raise ConfigError(f"series {series['id']}: 'per_gpu_batch' must be a positive integer (or each point's "
                           f"own), got {batch!r}")
+    return {**series, "per_gpu_batch": batch}
 
 
 def load(series: dict[str, Any]) -> tuple[Scenario, str]:
@@ -293,7 +293,7 @@ def load(series: dict[str, Any]) -> tuple[Scenario, str]:
     Raises:
         ConfigError: The series lacks a field, or names hardware or a model the builder does not know.
     """
-    check_series(series)
+    series = checked_series(series)
     path = SCENARIOS / f"{series['id']}.toml"
     if path.exists():
         return load_scenario(path), str(path.relative_to(ROOT))

@@ -151,7 +151,7 @@ def calibrate(scenario: Scenario, fabric: Fabric) -> Calibration:
     if base is not None and base.throughput is not None and base.gpus is not None:
         return from_throughput(scenario, fabric, base.gpus, base.throughput)
     job = job_shape(scenario)
-    assumptions = (*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job), *_batch_assumption(scenario))
+    assumptions = (*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job))
     if base is not None and base.compute_s_per_sample is not None:
         return Calibration(base.compute_s_per_sample * first_batch(scenario), None, job,
                            f"compute {base.compute_s_per_sample:.4g} s per sample (given)", assumptions=assumptions)
@@ -183,7 +183,7 @@ def from_throughput(scenario: Scenario, fabric: Fabric, gpus: int, throughput: f
     if throughput <= 0:
         raise ConfigError(f"baseline.throughput must be positive, got {throughput:g}")
     job = job_shape(scenario)
-    accum = scenario.accum_at(gpus) if _has_accum(scenario, gpus) else _nearest_accum(scenario, gpus)
+    accum = scenario.accum_at(gpus, nearest=True)
     batch = scenario.batch_at(gpus, nearest=True)
     step = batch * accum * gpus / throughput
     optimizer = modelled_optimizer_s(scenario, job, gpus)
@@ -197,29 +197,9 @@ def from_throughput(scenario: Scenario, fabric: Fabric, gpus: int, throughput: f
         t_micro = t_new
     return Calibration(t_micro, None, job, f"measured {throughput:,.0f} samples/s at {gpus} GPUs "
                        f"(accumulation {accum})", measured_gpus=gpus, measured_nodes=scenario.nodes(gpus),
-                       assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job),
-                                    *_batch_assumption(scenario)), batch=batch)
+                       assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job)),
+                       batch=batch)
 
-
-def _batch_assumption(scenario: Scenario) -> tuple[str, ...]:
-    if isinstance(scenario.per_gpu_batch, int):
-        return ()
-    return ("the per-GPU batch changes with the GPU count: a micro-batch's compute scales in proportion to it "
-            "(the same time per sample)",)
-
-
-def _has_accum(scenario: Scenario, gpus: int) -> bool:
-    try:
-        scenario.accum_at(gpus)
-    except ConfigError:
-        return False
-    return True
-
-
-def _nearest_accum(scenario: Scenario, gpus: int) -> int:
-    table = scenario.grad_accum
-    assert not isinstance(table, int)
-    return min(table, key=lambda kv: abs(kv[0] - gpus))[1]
 
 
 def read_record(run_dir: Path) -> dict[str, Any]:
@@ -268,7 +248,7 @@ def from_run(scenario: Scenario, run_dir: Path) -> Calibration:
     seconds = energy.get("time_s") or 0.0
     power = joules / seconds / workers if joules and seconds else None
     assumptions = [f"compute scaled linearly from the run's micro-batch of {samples:g} samples to "
-                   f"{batch}" if samples != batch else "", *_batch_assumption(scenario)]
+                   f"{batch}" if samples != batch else ""]
     if power is not None and (energy.get("energy_j") or {}).get("source") == "estimated":
         assumptions.append("the run's power is dtpo's CPU model (estimated), not a counter")
     assumptions.extend(sharing_assumptions(scenario, job, measured_jitter=jitter is not None))
@@ -331,5 +311,4 @@ def _from_run_flops(scenario: Scenario, run_dir: Path, record: dict[str, Any]) -
                        f"{ranks[0].get('device')}), at {ASSUMED_MFU:.0%} of the {spec.name if spec else ''} "
                        "datasheet peak (assumed MFU)",
                        assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job),
-                                    f"MFU {ASSUMED_MFU:.0%} on {scenario.gpu} (the run measured another device)",
-                                    *_batch_assumption(scenario)))
+                                    f"MFU {ASSUMED_MFU:.0%} on {scenario.gpu} (the run measured another device)"))

@@ -133,8 +133,7 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
         if optimizer is None:
             optimizer = modelled_optimizer_s(scenario, calibration.job, gpus)
         steps.append(step_time(gpus, scenario.gpus_per_node, micro_batch_s(scenario, calibration, gpus),
-                               scenario.accum_at(gpus),
-                               optimizer, calibration.job, fabric))
+                               scenario.accum_at(gpus), optimizer, calibration.job, fabric))
     power = scenario.power
     if calibration.busy_power_w is not None and power.busy_power_w is None:
         power = replace(power, busy_power_w=calibration.busy_power_w)
@@ -143,6 +142,9 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
     base_per_gpu = priced.samples_per_step(first.gpus) / first.step_s / first.gpus
     predictions = []
     notes: list[str] = [f"compute: {calibration.source}", *calibration.assumptions]
+    if not isinstance(scenario.per_gpu_batch, int):
+        notes.append("the per-GPU batch changes with the GPU count: a micro-batch's compute scales in proportion to "
+                     "it (the same time per sample)")
     for step in steps:
         samples = priced.samples_per_step(step.gpus)
         throughput = samples / step.step_s

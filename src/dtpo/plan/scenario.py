@@ -332,13 +332,14 @@ class Scenario:
         """The GPU's datasheet entry, if the catalogue has one."""
         return resolve_gpu(self.gpu)[1]
 
-    def accum_at(self, gpus: int) -> int:
-        """Gradient accumulation (micro-batches per optimizer step) at ``gpus`` GPUs.
+    def accum_at(self, gpus: int, nearest: bool = False) -> int:
+        """Gradient accumulation (micro-batches per optimizer step) at ``gpus`` GPUs (with ``nearest``, the nearest
+        count's where ``gpus`` has none).
 
         Raises:
-            ConfigError: Accumulation is given per GPU count and ``gpus`` is not one of them.
+            ConfigError: Accumulation is given per GPU count, ``gpus`` is not one of them and ``nearest`` is false.
         """
-        return _at(self.grad_accum, gpus, "grad_accum", self.source)
+        return _at(self.grad_accum, gpus, "grad_accum", self.source, nearest)
 
     def batch_at(self, gpus: int, nearest: bool = False) -> int:
         """Per-GPU micro-batch at ``gpus`` GPUs (with ``nearest``, the nearest count's where ``gpus`` has none).
@@ -346,9 +347,7 @@ class Scenario:
         Raises:
             ConfigError: The batch is given per GPU count, ``gpus`` is not one of them and ``nearest`` is false.
         """
-        if nearest and not isinstance(self.per_gpu_batch, int):
-            return min(self.per_gpu_batch, key=lambda kv: abs(kv[0] - gpus))[1]
-        return _at(self.per_gpu_batch, gpus, "per_gpu_batch", self.source)
+        return _at(self.per_gpu_batch, gpus, "per_gpu_batch", self.source, nearest)
 
     def samples_per_step(self, gpus: int) -> int:
         """Samples in one optimizer step at ``gpus`` GPUs: per-GPU batch x accumulation x GPUs."""
@@ -377,13 +376,16 @@ class Scenario:
         return ScenarioReader(where, Path(base_dir) if base_dir is not None else Path.cwd()).scenario(data)
 
 
-def _at(value: int | tuple[tuple[int, int], ...], gpus: int, name: str, source: str) -> int:
-    """A per-GPU-count field's value at ``gpus``: the one number, or the table's entry (ConfigError if none)."""
+def _at(value: int | tuple[tuple[int, int], ...], gpus: int, name: str, source: str, nearest: bool) -> int:
+    """A per-GPU-count field's value at ``gpus``: the one number, or the table's entry; where the table has none,
+    the nearest count's with ``nearest``, else ConfigError."""
     if isinstance(value, int):
         return value
     for count, number in value:
         if count == gpus:
             return number
+    if nearest:
+        return min(value, key=lambda kv: abs(kv[0] - gpus))[1]
     raise _fail(source, f"{name} has no entry for {gpus} GPUs (it has {', '.join(str(c) for c, _ in value)})")
 
 

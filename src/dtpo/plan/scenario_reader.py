@@ -138,7 +138,7 @@ class ScenarioReader:
                             f"got {compression!r}")
         rank = self.integer(top.get("powersgd_rank", 1), "powersgd_rank", 1, 4)
         batch = self.per_count(self.require(top, "per_gpu_batch", ""), counts, "per_gpu_batch", "per-GPU batch")
-        accum = self.grad_accum(top.get("grad_accum", 1), counts)
+        accum = self.per_count(top.get("grad_accum", 1), counts, "grad_accum", "accumulation")
         overlap = top.get("overlap", True)
         if not isinstance(overlap, bool):
             raise self.fail(f"overlap must be true or false, got {overlap!r}")
@@ -201,9 +201,6 @@ class ScenarioReader:
             flops = self.number(flops, "model.flops_per_sample", low=0.0, low_open=True)
         return ModelSpec(parameters=parameters, gradient_bytes=gradient_bytes, gradient_dtype=dtype,
                          flops_per_sample=flops)
-
-    def grad_accum(self, value: object, counts: tuple[int, ...]) -> int | tuple[tuple[int, int], ...]:
-        return self.per_count(value, counts, "grad_accum", "accumulation")
 
     def per_count(self, value: object, counts: tuple[int, ...], name: str,
                   what: str) -> int | tuple[tuple[int, int], ...]:

@@ -308,7 +308,9 @@ def interpolate_between(metric: MaxSlowdown, candidates: list[Candidate], best: 
     ref_se = metric.factor * j.ref.time_se
     fraction = _fraction_with_margin(metric.factor * j.ref.time_per_sample_s, fast_e, slow_e,
                                      lambda chord_se: z * math.hypot(chord_se, ref_se), fast_e.time_se, 0.0)
-    setting = None if fraction is None else between(best.stats.setting, slow.stats.setting, fraction)
-    if setting is None or fraction is None:
+    if fraction is None:
+        return None
+    setting = between(best.stats.setting, slow.stats.setting, fraction)
+    if setting is None:
         return None
     return setting, Chord(best, slow, realised_fraction(best.stats.setting, slow.stats.setting, setting))
