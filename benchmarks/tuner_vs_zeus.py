@@ -764,7 +764,6 @@ def off_grid_lines(cases: Sequence[Case]) -> list[str]:
     return lines
 
 
-
 def report(console: Console, cases: Sequence[Case], goals: Sequence[Goal], options: Options, runtime_s: float) -> None:
     """Print the per-trace tables (unless ``--summary-only``), the summary and the goals."""
     done = [c for c in cases if not c.error]
