@@ -58,7 +58,7 @@ from dtpo.core.errors import ConfigError, first_line
 from dtpo.plan.interconnect import find_link
 from dtpo.plan.link_fit import AlphaBetaFit, fit_link_probe
 from dtpo.plan.predict import plan
-from dtpo.plan.scenario import Scenario
+from dtpo.plan.scenario_reader import scenario_from_dict
 from dtpo.plan.step_model import Fabric, StepTime
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -355,7 +355,7 @@ def predict(calibration: Path, workers: int, per_node: int, batch: int, gradient
             inter: AlphaBetaFit) -> StepTime:
     """The planner's step at ``workers`` workers, ``per_node`` of them per node, calibrated on the 1-worker run
     (at 1 worker: the calibration run's own figures)."""
-    scenario = Scenario.from_dict({
+    scenario = scenario_from_dict({
         "gpu": "cpu", "gpu_counts": sorted({1, workers}), "gpus_per_node": per_node, "per_gpu_batch": batch,
         "intra_link": "loopback", "inter_link": "eth-25g-tcp", "nics_per_node": 1, "precision": "32-true",
         "model": {"gradient_bytes": gradient_bytes}, "baseline": {"run_dir": str(calibration)},

@@ -39,7 +39,8 @@ from rich.table import Table
 
 from dtpo.core.errors import ConfigError
 from dtpo.plan.predict import plan
-from dtpo.plan.scenario import Baseline, Scenario, load_scenario
+from dtpo.plan.scenario import Baseline, Scenario
+from dtpo.plan.scenario_reader import load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scaling" / "published_scaling.json"
@@ -297,7 +298,7 @@ def load(series: dict[str, Any]) -> tuple[Scenario, str]:
     path = SCENARIOS / f"{series['id']}.toml"
     if path.exists():
         return load_scenario(path), str(path.relative_to(ROOT))
-    return Scenario.from_dict(scenario_for(series), where=series["id"]), "built from the series"
+    return scenario_from_dict(scenario_for(series), where=series["id"]), "built from the series"
 
 
 def calibrated_on(scenario: Scenario, series: dict[str, Any], index: int) -> Scenario:

@@ -22,6 +22,8 @@ FRONT_DOOR = {"dtpo/__init__.py", "dtpo/__main__.py"}  # the package's entry poi
 
 # Upward imports that other engineers are removing right now (empty when none): "file:line -> module".
 KNOWN_UPWARD: set[str] = set()
+# Import loops being untied right now (empty when none), each as its sorted module names.
+KNOWN_CYCLES: set[tuple[str, ...]] = {("dtpo.session.checkpoint", "dtpo.session.session")}
 
 
 def read_layers(text: str) -> dict[str, int]:
@@ -116,7 +118,83 @@ def upward_imports(root: Path, ranks: dict[str, int]) -> list[str]:
             elif rank > ranks[here]:
                 problems.append(f"{rel}:{imp.line}: imports {imp.target} ({here} -> {there or 'dtpo'}, "
                                 "which is higher in the layer order)")
+            elif rank == ranks[here] and there is not None and there != here:
+                problems.append(f"{rel}:{imp.line}: imports {imp.target} ({here} -> {there}, "
+                                "a package on the same row of the layer order)")
     return problems
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the ``dtpo`` modules it imports (anywhere in the file, ``TYPE_CHECKING`` blocks included).
+
+    An import of a name from a package counts as an import of that package's ``__init__``; a module's import of
+    its own package's ``__init__`` is left out (the package initialises before its modules either way).
+    """
+    modules = {module_name(path, root): path for path in (root / "dtpo").rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        for imp in dtpo_imports(path, root):
+            target = imp.target
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name and not name.startswith(target + "."):
+                deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a loop (Tarjan's strongly connected
+    components of more than one module), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
+def test_no_module_imports_itself_round_a_loop() -> None:
+    found = import_cycles(import_graph(PACKAGE.parent))
+    cycles = [c for c in found if tuple(c) not in KNOWN_CYCLES]
+    assert not KNOWN_CYCLES - {tuple(c) for c in found}, "untied: remove from KNOWN_CYCLES"
+    assert not cycles, "modules that import each other:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_finds_a_loop_through_three_modules_and_a_function_import(tmp_path: Path) -> None:
+    files = {"dtpo/__init__.py": "", "dtpo/a/__init__.py": "", "dtpo/a/x.py": "from dtpo.a.y import f\n",
+             "dtpo/a/y.py": "def f():\n    from dtpo.a import z\n", "dtpo/a/z.py": "import dtpo.a.x\n",
+             "dtpo/a/w.py": "from dtpo.a.x import f\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert import_cycles(import_graph(tmp_path)) == [["dtpo.a.x", "dtpo.a.y", "dtpo.a.z"]]
 
 
 def test_the_layer_order_is_written_down_in_the_architecture_doc() -> None:
@@ -170,6 +248,12 @@ def test_the_checker_flags_upward_imports_in_functions_relative_and_absolute(syn
     # The other order: now high's import of low points up, and low's imports point down.
     assert [p.split(" (")[0] for p in upward_imports(synthetic, {"high": 1, "low": 2})] == [
         "dtpo/high/api.py:1: imports dtpo.low.base"]
+
+
+def test_the_checker_flags_imports_between_packages_of_one_row(synthetic: Path) -> None:
+    problems = upward_imports(synthetic, {"high": 1, "low": 1})
+    assert "dtpo/high/api.py:1: imports dtpo.low.base" in [p.split(" (")[0] for p in problems]
+    assert all("same row" in p for p in problems if "dtpo/high/api.py" in p)
 
 
 def test_the_checker_flags_a_package_with_no_layer(synthetic: Path) -> None:

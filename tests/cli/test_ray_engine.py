@@ -17,7 +17,8 @@ from conftest import dtpo_cli, run_cli
 
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from dtpo.dist.ray_engine import describe_worker_failures, parse_ray_address
+from dtpo.dist.ray_engine import parse_ray_address
+from dtpo.dist.ray_failures import describe_worker_failures
 from dtpo.session.checkpoint_files import MARKER
 
 RAY_MISSING = ("Ray Train is part of what `make test` installs (pip install -c constraints.txt -e '.[dev,ray]'); "

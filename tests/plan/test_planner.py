@@ -13,7 +13,8 @@ from dtpo.plan.calibration import calibrate, compute_jitter_cv, from_run
 from dtpo.plan.collectives import LinkCost
 from dtpo.plan.interconnect import find_link
 from dtpo.plan.predict import PARTIAL_NODE_CAVEAT, SINGLE_NODE_CAVEAT, cheapest, fabric_of, limiting_term, plan
-from dtpo.plan.scenario import Scenario, load_scenario
+from dtpo.plan.scenario import Scenario
+from dtpo.plan.scenario_reader import load_scenario, scenario_from_dict
 from dtpo.plan.step_model import Fabric, JobShape, StepTime, expected_max_normal, step_time
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,7 +134,7 @@ def _scenario(**extra: object) -> Scenario:
             "baseline": {"gpus": 8, "throughput": 400.0},
             "prices": {"per_gpu_hour": 2.5, "per_kwh": 0.15}, "work": {"samples": 10_000_000}}
     data.update(extra)
-    return Scenario.from_dict(data, where="test")
+    return scenario_from_dict(data, where="test")
 
 
 def test_a_calibration_from_a_measured_throughput_reproduces_it() -> None:
@@ -241,7 +242,7 @@ def test_the_deadline_weighs_lower_power_limits_when_energy_is_what_costs() -> N
 
 def test_a_run_record_gives_compute_optimizer_gradient_and_power(tmp_path: Path) -> None:
     _write_run(tmp_path / "run")
-    scenario = Scenario.from_dict({"gpu": "cpu", "gpu_counts": [2, 4], "gpus_per_node": 2, "per_gpu_batch": 32,
+    scenario = scenario_from_dict({"gpu": "cpu", "gpu_counts": [2, 4], "gpus_per_node": 2, "per_gpu_batch": 32,
                                    "intra_link": "loopback", "inter_link": "eth-25g-tcp", "nics_per_node": 1,
                                    "model": {"gradient_bytes": 4000},
                                    "baseline": {"run_dir": str(tmp_path / "run")}, "power": {"busy_power_w": 10.0}},
@@ -254,7 +255,7 @@ def test_a_run_record_gives_compute_optimizer_gradient_and_power(tmp_path: Path)
     assert cal.busy_power_w == pytest.approx(400.0 / 10.0 / 2)
     assert any("estimated" in a for a in cal.assumptions)
     # planning an H100 from a CPU run uses the run's counted FLOPs, at an assumed MFU
-    h100 = Scenario.from_dict({"gpu": "H100", "gpu_counts": [8], "per_gpu_batch": 16, "model": {"gradient_bytes": 4000},
+    h100 = scenario_from_dict({"gpu": "H100", "gpu_counts": [8], "per_gpu_batch": 16, "model": {"gradient_bytes": 4000},
                                "baseline": {"run_dir": str(tmp_path / "run")}}, where="test")
     flops = calibrate(h100, fabric_of(h100))
     assert "FLOPs per sample counted in dtpo run" in flops.source and flops.t_micro_s < cal.t_micro_s
@@ -272,7 +273,7 @@ def test_a_runs_compute_jitter_is_the_robust_spread_of_its_steps_per_micro_batch
 
 def test_a_run_without_what_the_planner_needs_is_one_clear_error(tmp_path: Path) -> None:
     _write_run(tmp_path / "old", model=False)
-    scenario = Scenario.from_dict({"gpu": "cpu", "gpu_counts": [2], "per_gpu_batch": 32, "model": {"gradient_bytes": 4},
+    scenario = scenario_from_dict({"gpu": "cpu", "gpu_counts": [2], "per_gpu_batch": 32, "model": {"gradient_bytes": 4},
                                    "baseline": {"run_dir": str(tmp_path / "old")},
                                    "power": {"busy_power_w": 10.0}}, where="test")
     with pytest.raises(ConfigError, match="has no model section"):

@@ -15,7 +15,8 @@ from dtpo.plan.power_at_scale import (
     scenario_step_energy,
     step_energy,
 )
-from dtpo.plan.scenario import PowerSection, Prices, Scenario
+from dtpo.plan.scenario import PowerSection, Prices
+from dtpo.plan.scenario_reader import scenario_from_dict
 
 # 2 nodes x 8 GPUs; each GPU computes 0.1 s at 400 W and waits 0.02 s (exposed communication) at 100 W
 # (0.25 x 400 W); each node draws 1500 W besides its GPUs for the whole 0.12 s step; PUE 1.2; 512 samples.
@@ -150,7 +151,7 @@ def test_step_energy_rejects_nonsense(compute_s: float, exposed_s: float, gpus: 
 
 
 def test_scenario_step_energy_uses_the_scenario() -> None:
-    scenario = Scenario.from_dict({
+    scenario = scenario_from_dict({
         "gpu": "A100", "gpu_counts": [8, 16], "per_gpu_batch": 32, "grad_accum": {"8": 2, "16": 1},
         "model": {"parameters": 10}, "baseline": {"gpus": 8, "throughput": 100.0},
         "power": {"busy_power_w": 400.0, "waiting_power_fraction": 0.25, "pue": 1.2}})

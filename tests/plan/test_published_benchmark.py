@@ -12,7 +12,7 @@ import pytest
 
 from dtpo.core.errors import ConfigError
 from dtpo.plan.predict import plan
-from dtpo.plan.scenario import Scenario
+from dtpo.plan.scenario_reader import scenario_from_dict
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -36,7 +36,7 @@ def test_a_dgx2_series_gets_16_gpus_per_node_nvlink2_and_eight_edr_nics(bench: M
         "V100", 16, "nvlink2", "ib-edr", 8)
     assert data["model"] == {"parameters": 284_000_000, "gradient_dtype": "fp32"}
     assert data["overlap"] is True
-    Scenario.from_dict(data, where="s")  # a valid scenario
+    scenario_from_dict(data, where="s")  # a valid scenario
 
 
 def test_a_dgx1_p100_series_gets_the_cube_mesh_and_four_edr_nics(bench: ModuleType) -> None:

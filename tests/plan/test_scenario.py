@@ -17,10 +17,9 @@ from dtpo.plan.scenario import (
     Baseline,
     PowerSection,
     Prices,
-    Scenario,
-    load_scenario,
     resolve_gpu,
 )
+from dtpo.plan.scenario_reader import load_scenario, scenario_from_dict
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "plan"
@@ -137,47 +136,47 @@ def test_json_scenario_loads_like_toml(tmp_path: Path) -> None:
     assert scenario.grad_accum == ((8, 4), (16, 2), (64, 1))
     assert scenario.model.gradient_size_bytes == 20
     assert scenario.work is not None and scenario.work.total_samples == 10_000
-    assert scenario == Scenario.from_dict(data, where=str(path))
+    assert scenario == scenario_from_dict(data, where=str(path))
 
 
 def test_accumulation_per_gpu_count() -> None:
-    scenario = Scenario.from_dict(valid() | {"grad_accum": {"8": 8, "16": 4, "64": 1}})
+    scenario = scenario_from_dict(valid() | {"grad_accum": {"8": 8, "16": 4, "64": 1}})
     assert [scenario.accum_at(gpus) for gpus in scenario.gpu_counts] == [8, 4, 1]
     assert [scenario.samples_per_step(gpus) for gpus in scenario.gpu_counts] == [2048, 2048, 2048]
     assert scenario.nodes(16) == 2
     with pytest.raises(ConfigError, match="grad_accum has no entry for 32 GPUs"):
         scenario.accum_at(32)
-    fixed = Scenario.from_dict(valid() | {"grad_accum": 3})
+    fixed = scenario_from_dict(valid() | {"grad_accum": 3})
     assert fixed.accum_at(8) == fixed.accum_at(12345) == 3
 
 
 def test_python_int_keys_are_accepted_for_accumulation() -> None:
-    scenario = Scenario.from_dict(valid() | {"grad_accum": {8: 2, 16: 2, 64: 2}})
+    scenario = scenario_from_dict(valid() | {"grad_accum": {8: 2, 16: 2, 64: 2}})
     assert scenario.accum_at(16) == 2
 
 
 @pytest.mark.parametrize("name", ["H100", "A100", "V100", "A40", "H100-SXM", "A100-SXM", "MI250X", "L40S",
                                   "NVIDIA H100 PCIe", "h100"])
 def test_known_gpus_are_accepted(name: str) -> None:
-    assert Scenario.from_dict(valid() | {"gpu": name}).gpu == name
+    assert scenario_from_dict(valid() | {"gpu": name}).gpu == name
     assert resolve_gpu(name) != (None, None)
 
 
 def test_cpu_needs_a_measured_busy_power() -> None:
-    scenario = Scenario.from_dict(valid() | {"gpu": "CPU", "power": {"busy_power_w": 65.0}})
+    scenario = scenario_from_dict(valid() | {"gpu": "CPU", "power": {"busy_power_w": 65.0}})
     assert scenario.gpu == "cpu" and scenario.is_cpu
     assert resolve_gpu("cpu") == (None, None)
     with pytest.raises(ConfigError, match="power.busy_power_w is required"):
-        Scenario.from_dict(valid() | {"gpu": "cpu"})
+        scenario_from_dict(valid() | {"gpu": "cpu"})
 
 
 def test_small_counts_need_not_fill_a_node() -> None:
-    assert Scenario.from_dict(valid() | {"gpu_counts": [64, 1, 2, 4, 8]}).gpu_counts == (1, 2, 4, 8, 64)
+    assert scenario_from_dict(valid() | {"gpu_counts": [64, 1, 2, 4, 8]}).gpu_counts == (1, 2, 4, 8, 64)
 
 
 def test_every_link_name_is_accepted() -> None:
     for link in KNOWN_LINKS:
-        scenario = Scenario.from_dict(valid() | {"intra_link": link, "inter_link": link})
+        scenario = scenario_from_dict(valid() | {"intra_link": link, "inter_link": link})
         assert scenario.intra_link == scenario.inter_link == link
 
 
@@ -186,18 +185,18 @@ def test_run_dir_baseline(tmp_path: Path) -> None:
     run.mkdir(parents=True)
     (run / "record.json").write_text("{}")
     data = valid() | {"baseline": {"run_dir": "runs/abc"}}
-    scenario = Scenario.from_dict(data, base_dir=tmp_path)
+    scenario = scenario_from_dict(data, base_dir=tmp_path)
     assert scenario.baseline == Baseline(run_dir=run) and scenario.baseline.kind == "run_dir"
-    assert Scenario.from_dict(valid() | {"baseline": {"run_dir": str(run)}}).baseline == Baseline(run_dir=run)
+    assert scenario_from_dict(valid() | {"baseline": {"run_dir": str(run)}}).baseline == Baseline(run_dir=run)
     with pytest.raises(ConfigError, match=r"^s.toml: baseline.run_dir: runs/abc has no record.json$"):
-        Scenario.from_dict(data, where="s.toml", base_dir=tmp_path / "elsewhere")
+        scenario_from_dict(data, where="s.toml", base_dir=tmp_path / "elsewhere")
 
 
 def test_flops_per_sample_replaces_a_baseline() -> None:
     data = valid()
     del data["baseline"]
     data["model"]["flops_per_sample"] = 1e9
-    assert Scenario.from_dict(data).baseline is None
+    assert scenario_from_dict(data).baseline is None
 
 
 def drop(*path: str):
@@ -320,7 +319,7 @@ def test_bad_values_give_one_line_naming_the_field(mutate: Any, message: str, tm
     data = valid()
     mutate(data)
     with pytest.raises(ConfigError) as caught:
-        Scenario.from_dict(data, where="h100.toml")
+        scenario_from_dict(data, where="h100.toml")
     text = str(caught.value)
     assert "\n" not in text
     assert text.startswith("h100.toml: ")
@@ -329,7 +328,7 @@ def test_bad_values_give_one_line_naming_the_field(mutate: Any, message: str, tm
 
 def test_top_level_must_be_a_table() -> None:
     with pytest.raises(ConfigError, match="the scenario must be a table, got list"):
-        Scenario.from_dict([1, 2])  # type: ignore[arg-type]
+        scenario_from_dict([1, 2])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("name", "text", "message"), [

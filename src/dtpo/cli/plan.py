@@ -131,7 +131,7 @@ def plan_command(
     from dtpo.plan.interconnect import find_link
     from dtpo.plan.predict import cheapest, plan
     from dtpo.plan.report import PLOT_SUFFIXES, assumptions_text, plan_dict, plan_table, write_plot
-    from dtpo.plan.scenario import Scenario, load_scenario
+    from dtpo.plan.scenario_reader import load_scenario, scenario_from_dict
 
     if sum(x is not None for x in (scenario, from_run, from_bench)) != 1:
         raise ConfigError("give one of: a scenario file, --from-run RUN_DIR, --from-bench BENCH_DIR")
@@ -153,7 +153,7 @@ def plan_command(
             run, fit = _bench_inputs(from_bench)
             fabric = _fitted_fabric(fit, intra_link, inter_link, nics_per_node)
         assert run is not None
-        chosen = Scenario.from_dict(_scenario_from_run(run, gpu, gpu_counts, gpus_per_node, intra_link,
+        chosen = scenario_from_dict(_scenario_from_run(run, gpu, gpu_counts, gpus_per_node, intra_link,
                                                        inter_link, nics_per_node, grad_accum), where="--from-run")
     others = [find_link(n.strip()).name for n in compare_link.split(",")] if compare_link else []
     first = plan(chosen, fabric=fabric)

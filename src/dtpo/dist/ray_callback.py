@@ -9,7 +9,7 @@ from typing import Any
 
 from ray.train import UserCallback
 
-from dtpo.dist.ray_engine import describe_worker_failures
+from dtpo.dist.ray_failures import describe_worker_failures
 
 
 class AttemptErrors(UserCallback):

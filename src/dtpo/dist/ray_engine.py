@@ -52,6 +52,7 @@ import torch.distributed as dist
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError, LaunchError, first_line, signal_name
 from dtpo.dist.launch import LaunchOutcome, _stderr_to, worker_environment
+from dtpo.dist.ray_failures import describe_worker_failures
 from dtpo.dist.run_dir import LAUNCHER_LOG, holds_record
 
 log = logging.getLogger(__name__)
@@ -535,24 +536,3 @@ def describe_ray_error(error: BaseException) -> str:
         return describe_worker_failures(failures)
     inner = getattr(error, "controller_failure", None)
     return first_line(str(inner if inner is not None else error)) or type(error).__name__
-
-
-def describe_worker_failures(failures: dict[int, BaseException]) -> str:
-    """``rank N: Type: first line`` of the lowest rank that failed (and how many others did)."""
-    rank = min(failures)
-    exc = failures[rank]
-    cause = getattr(exc, "cause", None) or exc
-    words = _last_line(str(cause))
-    if type(cause).__module__.startswith("ray."):  # Ray's own errors go on for a paragraph: the first sentence
-        words = words.split(". ", 1)[0].rstrip(".")
-    text = f"rank {rank}: {type(cause).__name__}: {words}"
-    others = len(failures) - 1
-    if others:
-        text += f" (and {others} other rank{'s' if others > 1 else ''})"
-    return text
-
-
-def _last_line(text: str) -> str:
-    """Ray wraps a worker's exception in its traceback: the exception's own line is the last one."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""

@@ -2,8 +2,8 @@
 
 A scenario names the hardware (GPU model, GPUs per node, links), the job (model size, strategy, precision,
 compression, batch and accumulation), what is known of its compute time (a baseline or FLOPs per sample),
-and, optionally, power, prices and the amount of work to price. :func:`load_scenario` reads a file;
-:meth:`Scenario.from_dict` builds one from a dict. Every bad value raises
+and, optionally, power, prices and the amount of work to price. :mod:`dtpo.plan.scenario_reader` reads one:
+``load_scenario`` from a file, ``scenario_from_dict`` from a dict. Every bad value raises
 :class:`~dtpo.core.errors.ConfigError` with one line that names the file and the field path
 (``h100.toml: model.parameters must be a positive integer, got -3``); unknown keys are errors too
 (``unknown field 'gpus_per_nod' (did you mean 'gpus_per_node'?)``).
@@ -105,22 +105,14 @@ Defaults and their sources:
 
 from __future__ import annotations
 
-import json
-import logging
 import math
-import os
-import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from dtpo.core.errors import ConfigError
 from dtpo.devices.physics.catalogue import GpuSpec, find_gpu
 from dtpo.devices.physics.power_specs import PowerSpec, find_power_spec
 from dtpo.plan.interconnect import link_names
-
-logger = logging.getLogger(__name__)
 
 KNOWN_LINKS: tuple[str, ...] = tuple(link_names())
 
@@ -357,24 +349,6 @@ class Scenario:
         """Nodes that ``gpus`` GPUs occupy (a partly used node counts as one)."""
         return math.ceil(gpus / self.gpus_per_node)
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "", base_dir: str | os.PathLike[str] | None = None,
-                  ) -> Scenario:
-        """Validate ``data`` (a parsed TOML or JSON document) and build a scenario.
-
-        Args:
-            data: The document.
-            where: Where it came from (a file name), the prefix of every error message.
-            base_dir: Directory that a relative ``baseline.run_dir`` is resolved against (default: the
-                current directory).
-
-        Raises:
-            ConfigError: A missing, unknown or invalid field (one line naming it).
-        """
-        from dtpo.plan.scenario_reader import ScenarioReader  # it builds these dataclasses: imported on use
-
-        return ScenarioReader(where, Path(base_dir) if base_dir is not None else Path.cwd()).scenario(data)
-
 
 def _at(value: int | tuple[tuple[int, int], ...], gpus: int, name: str, source: str, nearest: bool) -> int:
     """A per-GPU-count field's value at ``gpus``: the one number, or the table's entry; where the table has none,
@@ -399,35 +373,6 @@ def resolve_gpu(name: str) -> tuple[PowerSpec | None, GpuSpec | None]:
         power = None
     sheet = find_gpu(name) or (find_gpu(power.name) if power is not None else None)
     return power, sheet
-
-
-def load_scenario(path: str | os.PathLike[str]) -> Scenario:
-    """Read a scenario from a ``.toml`` or ``.json`` file.
-
-    Raises:
-        ConfigError: The file is missing, unreadable, malformed, or holds an invalid scenario (one line).
-    """
-    source = Path(path)
-    where = str(path)
-    suffix = source.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise ConfigError(f"{where}: a scenario file must end in .toml or .json")
-    try:
-        text = source.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{where}: no such scenario file") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:
-        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
-    try:
-        data = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
-        raise ConfigError(f"{where}: not valid {suffix.lstrip('.').upper()}: {detail}") from None
-    scenario = Scenario.from_dict(data, where=where)
-    logger.debug("loaded scenario %s: %s at %s GPUs", where, scenario.gpu, list(scenario.gpu_counts))
-    return scenario
 
 
 def _fail(where: str, message: str) -> ConfigError:

@@ -5,7 +5,11 @@ in :mod:`dtpo.plan.scenario`."""
 from __future__ import annotations
 
 import difflib
+import json
+import logging
 import math
+import os
+import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from dtpo.plan.scenario import (
     DEFAULT_NODE_OVERHEAD_W,
     GRADIENT_DTYPES,
     KNOWN_LINKS,
+    SUFFIXES,
     Baseline,
     ModelSpec,
     PowerSection,
@@ -29,6 +34,8 @@ from dtpo.plan.scenario import (
     _fail,
     resolve_gpu,
 )
+
+logger = logging.getLogger(__name__)
 
 _TOP_KEYS = ("gpu", "gpus_per_node", "gpu_counts", "intra_link", "inter_link", "nics_per_node",
              "fabric_efficiency", "model", "strategy", "precision", "compression", "powersgd_rank",
@@ -301,3 +308,48 @@ class ScenarioReader:
         epochs = self.number(self.require(table, "epochs", "work."), "work.epochs", low=0.0, low_open=True)
         dataset = self.integer(self.require(table, "dataset_samples", "work."), "work.dataset_samples")
         return Work(epochs=epochs, dataset_samples=dataset)
+
+
+def scenario_from_dict(data: Mapping[str, Any], where: str = "", base_dir: str | os.PathLike[str] | None = None,
+                       ) -> Scenario:
+    """Validate ``data`` (a parsed TOML or JSON document) and build a scenario.
+
+    Args:
+        data: The document.
+        where: Where it came from (a file name), the prefix of every error message.
+        base_dir: Directory that a relative ``baseline.run_dir`` is resolved against (default: the
+            current directory).
+
+    Raises:
+        ConfigError: A missing, unknown or invalid field (one line naming it).
+    """
+    return ScenarioReader(where, Path(base_dir) if base_dir is not None else Path.cwd()).scenario(data)
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read a scenario from a ``.toml`` or ``.json`` file.
+
+    Raises:
+        ConfigError: The file is missing, unreadable, malformed, or holds an invalid scenario (one line).
+    """
+    source = Path(path)
+    where = str(path)
+    suffix = source.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise ConfigError(f"{where}: a scenario file must end in .toml or .json")
+    try:
+        text = source.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: no such scenario file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text) if suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        detail = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ConfigError(f"{where}: not valid {suffix.lstrip('.').upper()}: {detail}") from None
+    scenario = scenario_from_dict(data, where=where)
+    logger.debug("loaded scenario %s: %s at %s GPUs", where, scenario.gpu, list(scenario.gpu_counts))
+    return scenario

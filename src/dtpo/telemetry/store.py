@@ -26,7 +26,6 @@ import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +44,7 @@ from dtpo.telemetry.store_paths import (
     store_path,
 )
 from dtpo.telemetry.store_query import Comparison, FigureDiff, config_differences, filter_sql
+from dtpo.telemetry.store_rows import COLUMNS, StoredRun
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,6 @@ TIMEOUT_S = 30.0
 """How long a connection waits for another process's lock before giving up."""
 KILLED_ERROR = "the dtpo process ended without finishing the run (killed?)"
 
-COLUMNS = ("id", "name", "kind", "status", "started_at", "finished_at", "workload", "workers", "steps", "parent",
-           "error", "run_dir", "hostname", "pid", "proc_start", "registered_at", "updated_at")
-"""The columns of the ``runs`` table besides ``config`` (JSON text)."""
 _SCHEMA = (
     """CREATE TABLE runs (
         id TEXT PRIMARY KEY, name TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
@@ -69,63 +66,6 @@ _SCHEMA = (
     "CREATE INDEX runs_by_time ON runs (started_at)",
     "CREATE INDEX runs_by_status ON runs (status)",
 )
-
-
-@dataclass
-class StoredRun:
-    """One row of the store with its figures.
-
-    Attributes:
-        id: The store's id of the run (its run directory's name, made unique).
-        name: The run's own name (``record.run_id``, the directory's name).
-        kind: One of :data:`~dtpo.telemetry.store_figures.KINDS`.
-        status: ``running``, ``completed``, ``failed``, ``interrupted`` or ``diverged``.
-        run_dir: Absolute path of its run directory.
-        config: Its configuration.
-        figures: Its key figures by name.
-        started_at: ISO-8601 UTC start.
-        finished_at: ISO-8601 UTC end, once it ended.
-        workload: Workload name, if any.
-        workers: Workers (GPUs) it ran on; the largest count for a bench or a plan.
-        steps: Training steps, if any.
-        parent: The id of the bench it belongs to, if any.
-        error: Why it did not complete.
-        hostname: Host of the process that registered it.
-        pid: That process's id.
-        proc_start: That process's start time (clock ticks since boot), to tell a reused pid.
-        registered_at: When the row was first written.
-        updated_at: When it was last written.
-    """
-
-    id: str
-    name: str
-    kind: str
-    status: str
-    run_dir: str
-    config: dict[str, Any] = field(default_factory=dict)
-    figures: dict[str, Figure] = field(default_factory=dict)
-    started_at: str | None = None
-    finished_at: str | None = None
-    workload: str | None = None
-    workers: int | None = None
-    steps: int | None = None
-    parent: str | None = None
-    error: str | None = None
-    hostname: str | None = None
-    pid: int | None = None
-    proc_start: int | None = None
-    registered_at: str = ""
-    updated_at: str = ""
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any], figures: dict[str, Figure] | None = None) -> StoredRun:
-        """From a ``runs`` row and its figures."""
-        try:
-            config = json.loads(row["config"] or "{}")
-        except json.JSONDecodeError:
-            config = {}
-        return cls(**{name: row[name] for name in COLUMNS}, config=config if isinstance(config, dict) else {},
-                   figures=dict(figures or {}))
 
 
 def as_figures(values: Mapping[str, Figure | Measurement | dict[str, Any] | float | int | None]) -> dict[str, Figure]:

@@ -5,13 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dtpo.core.errors import ConfigError
 from dtpo.telemetry.store_figures import Figure
-
-if TYPE_CHECKING:
-    from dtpo.telemetry.store import StoredRun
+from dtpo.telemetry.store_rows import StoredRun
 
 FILTER_KEYS = ("id", "name", "kind", "status", "workload", "workers", "steps", "parent", "hostname", "run_dir",
                "started_at", "finished_at", "error")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from dtpo.core.errors import DtpoError
 from dtpo.core.record import RECORD_FILE, RunRecord
-from dtpo.telemetry.store import RunStore, StoredRun, partial_figures
+from dtpo.telemetry.store import RunStore, partial_figures
 from dtpo.telemetry.store_figures import config_facts, config_kind, record_facts, result_facts
 from dtpo.telemetry.store_paths import (
     DEFAULT_STORE,
@@ -36,6 +36,7 @@ from dtpo.telemetry.store_paths import (
     now_iso,
     store_path,
 )
+from dtpo.telemetry.store_rows import StoredRun
 
 log = logging.getLogger(__name__)
 
