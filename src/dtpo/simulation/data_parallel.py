@@ -89,6 +89,7 @@ class SettingResult:
         energy_j: Energy of all GPUs, read from their counters.
         samples: Samples trained.
         sync_wait_share: Fraction of GPU-time spent waiting for the slowest GPU.
+        gpus: GPUs of the job.
     """
 
     power_limit_w: float

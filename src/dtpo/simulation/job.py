@@ -45,7 +45,9 @@ class JobConfig:
         noise: Relative standard deviation of each step's compute time and of its power.
         counter_period_s: Energy-counter update period (0: continuous). The straggler simulation reads each
             rank's energy exactly and does not use it.
-        stragglers: ``(rank, factor)`` pairs: those ranks compute ``factor`` times slower while slow.
+        stragglers: ``(rank, factor)`` pairs: those ranks compute ``factor`` times slower while slow. The
+            data-parallel simulation applies a factor as it is (below 1 a rank is faster); the straggler
+            simulation only slows ranks down (:meth:`factors`).
         pattern: When the stragglers are slow: ``static`` (always), ``drifting`` (the slow ranks move on to the
             next rank every ``period_steps``) or ``intermittent`` (slow for ``period_steps``, then not for as long).
         period_steps: How often a drifting straggler moves on, or an intermittent one switches.
