@@ -25,10 +25,11 @@ GOAL_S = 1.0
 
 def one_job(gpu: str, workload: str, gpus: int, steps: int) -> tuple[float, float, float]:
     """Wall seconds of (the whole job, the steps alone), and the simulated job time in seconds."""
-    from dtpo.plan.simulated_job import JobConfig, SimulatedJob
+    from dtpo.simulation.data_parallel import SimulatedJob
+    from dtpo.simulation.job import JobConfig
 
     started = time.perf_counter()
-    with SimulatedJob(JobConfig(gpu, workload, gpus=gpus, steps=steps, straggler=(gpus - 1, 1.1))) as job:
+    with SimulatedJob(JobConfig(gpu, workload, gpus=gpus, steps=steps, stragglers=((gpus - 1, 1.1),))) as job:
         spec = job.model.spec
         # knob changes first (one journal entry and one state file for all GPUs), so the step timing is the steps alone
         job.controller.set_power_limit(job.gpus, round(0.6 * spec.max_power_w))
@@ -49,7 +50,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as state:
         os.environ["DTPO_STATE_DIR"] = state  # a private journal: never the machine's
-        import dtpo.plan.simulated_job  # noqa: F401 - import time is not the job's
+        import dtpo.simulation.data_parallel  # noqa: F401 - import time is not the job's
         runs = [one_job(args.gpu, args.workload, args.gpus, args.steps) for _ in range(args.repeats)]
     whole = statistics.median(r[0] for r in runs)
     steps = statistics.median(r[1] for r in runs)

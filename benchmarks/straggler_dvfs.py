@@ -3,9 +3,9 @@
 What runs: for every GPU count (``--gpus``, default 8, 16 and 64), every case (``--cases``, default one static
 straggler 1.1x, 1.2x and 1.5x slower, one drifting 1.2x and one intermittent 1.2x) and every noise level
 (``--noise``, relative standard deviation of each rank's step time and power, default 1 % and 3 %), one
-:class:`dtpo.tune.straggler_sim.StragglerJob` (``--gpu`` A40, ``--workload`` resnet50, ``--steps`` 2000,
+:class:`dtpo.simulation.job.JobConfig` (``--gpu`` A40, ``--workload`` resnet50, ``--steps`` 2000,
 ``--window`` 20 steps per decision, ``--period`` 500 steps; the straggler starts at rank ``--rank`` 1) is run
-three times with :func:`dtpo.tune.straggler_sim.run_job`:
+three times with :func:`dtpo.simulation.stragglers.run_job`:
 
 * *baseline*: no tuning, every rank at the clock it settles at by itself (full clock), seed ``--seed``;
 * *tuned*: :class:`dtpo.tune.straggler.StragglerSlowdown` locks a clock per rank after every window, same seed.
@@ -17,7 +17,7 @@ three times with :func:`dtpo.tune.straggler_sim.run_job`:
 
 Definitions (E: energy of all GPUs, T: wall time of the job, both simulated):
 
-* ``E_full`` and ``E_jit`` from :func:`dtpo.tune.straggler_sim.ideal_energy`: the noise-free energy of the
+* ``E_full`` and ``E_jit`` from :func:`dtpo.simulation.stragglers.ideal_energy`: the noise-free energy of the
   job with every rank at full clock, and with every rank that is not the slowest at the just-in-time setting
   (as computed there: of the clocks at which the rank still keeps up with the slowest one, the one of least
   energy, which need not be the lowest). *bloat* = ``E_full - E_jit``: the energy of waiting ranks above
@@ -77,7 +77,8 @@ from bench_cli import OneLineParser  # noqa: E402
 from bench_cli import bad_flag as _bad_flag  # noqa: E402
 
 from dtpo.core.errors import ConfigError, DtpoError, first_line
-from dtpo.tune.straggler_sim import StragglerJob, ideal_energy, job_model, run_job
+from dtpo.simulation.job import JobConfig
+from dtpo.simulation.stragglers import check_job, ideal_energy, run_job
 
 log = logging.getLogger("straggler_dvfs")
 
@@ -123,12 +124,12 @@ class Options:
     json_path: Path | None
     verbose: bool
 
-    def job(self, gpus: int, case: Case, noise: float, seed: int | None = None) -> StragglerJob:
+    def job(self, gpus: int, case: Case, noise: float, seed: int | None = None) -> JobConfig:
         """The simulated job of one table row (``seed``: the benchmark's seed unless given)."""
-        return StragglerJob(self.gpu, self.workload, gpus=gpus, steps=self.steps,
-                            stragglers=((self.rank, case.factor),), pattern=case.pattern,
-                            period_steps=self.period, noise=noise, seed=self.seed if seed is None else seed,
-                            window_steps=self.window)
+        return JobConfig(self.gpu, self.workload, gpus=gpus, steps=self.steps,
+                         stragglers=((self.rank, case.factor),), pattern=case.pattern,
+                         period_steps=self.period, noise=noise, seed=self.seed if seed is None else seed,
+                         window_steps=self.window)
 
 
 def bad_flag(message: str) -> NoReturn:
@@ -205,8 +206,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         for gpus in options.gpus:
             for case in options.cases:
                 for noise in options.noises:
-                    options.job(gpus, case, noise).validate()
-        job_model(options.job(options.gpus[0], options.cases[0], options.noises[0]))
+                    check_job(options.job(gpus, case, noise))
+        options.job(options.gpus[0], options.cases[0], options.noises[0]).model()
     except ConfigError as exc:
         bad_flag(str(exc))
     return options
@@ -223,7 +224,7 @@ class Task:
     gpus: int
     case: Case
     kind: str
-    job: StragglerJob
+    job: JobConfig
 
     @property
     def key(self) -> tuple[float, int, Case, str]:
@@ -253,7 +254,7 @@ def make_tasks(options: Options) -> list[Task]:
     return sorted(tasks, key=lambda t: -t.weight)
 
 
-def straggler_windows(job: StragglerJob) -> list[set[int] | None]:
+def straggler_windows(job: JobConfig) -> list[set[int] | None]:
     """Per window, the ranks that are slowest by their factor (``None`` when no rank is slower than the rest)."""
     out: list[set[int] | None] = []
     for first in range(0, job.steps, job.window_steps):

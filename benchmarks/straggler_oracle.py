@@ -1,6 +1,6 @@
 """The ceiling for per-rank straggler slowdown under noise: the best *static* clock lock of the waiting ranks.
 
-For one simulated job (:class:`dtpo.tune.straggler_sim.StragglerJob`, one static straggler), every rank but the
+For one simulated job (:class:`dtpo.simulation.job.JobConfig`, one static straggler), every rank but the
 straggler is locked at one supported clock from the first step, for each clock in turn, with the same noise
 draws as the untuned baseline. Each lock gives the bloat recovered and the slowdown against the baseline, as
 ``benchmarks/straggler_dvfs.py`` defines them; the oracle is the lock that recovers the most with a slowdown
@@ -19,10 +19,11 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from dtpo.tune.straggler_sim import StragglerJob, ideal_energy, job_model, run_job
+from dtpo.simulation.job import JobConfig
+from dtpo.simulation.stragglers import ideal_energy, run_job
 
 
-def run_locked(job: StragglerJob, clock: float | None, straggler: int) -> tuple[float, float]:
+def run_locked(job: JobConfig, clock: float | None, straggler: int) -> tuple[float, float]:
     """``(energy, time)`` of ``job`` with every rank but ``straggler`` locked at ``clock`` (``None``: none)."""
     locks = [None if r == straggler else clock for r in range(job.gpus)]
     result = run_job(job, tune=False, fixed_locks=locks)
@@ -47,8 +48,8 @@ def main() -> int:
                  "policy slowdown"):
         summary.add_column(name, justify="right")
     for gpus in (int(g) for g in args.gpus.split(",")):
-        job = StragglerJob(args.gpu, args.workload, gpus=gpus, steps=args.steps, stragglers=((1, args.factor),),
-                           noise=args.noise)
+        job = JobConfig(args.gpu, args.workload, gpus=gpus, steps=args.steps, stragglers=((1, args.factor),),
+                        noise=args.noise)
         full_j, jit_j = ideal_energy(job)
         bloat = full_j - jit_j
         base_e, base_t = run_locked(job, None, 1)
@@ -57,7 +58,7 @@ def main() -> int:
         for name in ("clock MHz", "recovered", "slowdown"):
             sweep.add_column(name, justify="right")
         best: tuple[float, float, float] | None = None
-        for clock in sorted(job_model(job).spec.sm_clocks_mhz, reverse=True):
+        for clock in sorted(job.model().spec.sm_clocks_mhz, reverse=True):
             energy, time_s = run_locked(job, clock, 1)
             recovered, slowdown = (base_e - energy) / bloat, time_s / base_t - 1.0
             if recovered <= 0.0 and slowdown <= 1e-6:

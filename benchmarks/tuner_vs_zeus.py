@@ -11,7 +11,7 @@ standard deviation of both step time and power), twice with the same seed:
   ``on_step_end``) until its state is ``Done``. It sees the simulated GPU through a fake ``pynvml`` and measures
   simulated time (``benchmarks/zeus_sim.py``). Selectors: ``Energy``, ``ZeusCost(eta, world_size=1)``,
   ``MaxSlowdownConstraint(factor)``, ``Time``.
-* dtpo: ``dtpo.tune.simulated.tune_on_simulated`` with the same metric, until its tuner holds its choice.
+* dtpo: ``dtpo.simulation.tuning.tune_on_simulated`` with the same metric, until its tuner holds its choice.
 
 How it is judged, always on the noise-free model (the truth) over Zeus's grid of limits:
 
@@ -390,10 +390,10 @@ def profiling_segments(segments: Sequence[Segment], steps: int) -> list[Segment]
 
 
 def run_dtpo_tuner(gpu: SimulatedGpu, metric: CostMetric, job_steps: int, journal_dir: Path) -> TunerRun:
-    """dtpo's tuner on ``gpu`` through the whole job (``dtpo.tune.simulated.tune_on_simulated``): its choice can
+    """dtpo's tuner on ``gpu`` through the whole job (``dtpo.simulation.tuning.tune_on_simulated``): its choice can
     still change while held (an interpolated ``MaxSlowdown`` choice that proves too slow gives way to the setting
     above it), so the job's schedule is every step it ran, and the choice is what it held at the end."""
-    from dtpo.tune.simulated import tune_on_simulated
+    from dtpo.simulation.tuning import tune_on_simulated
 
     result = tune_on_simulated(gpu, metric, knob="power-limit", max_steps=job_steps, job_steps=job_steps,
                                journal_dir=journal_dir)
@@ -828,7 +828,7 @@ def check_tuners() -> str | None:
     except ImportError as exc:
         return f"Zeus is not importable ({exc}); run `make bench-zeus` or pip install -c constraints.txt '.[bench]'"
     try:
-        import dtpo.tune.simulated  # noqa: F401
+        import dtpo.simulation.tuning  # noqa: F401
     except ImportError as exc:
         return f"dtpo's simulated tuner is not importable ({exc})"
     return None

@@ -11,7 +11,7 @@ import pytest
 from conftest import run_cli as run
 
 from dtpo.cli.simulate_stragglers import run_stragglers
-from dtpo.tune.straggler_sim import StragglerJob
+from dtpo.simulation.job import JobConfig
 
 STATIC = ["simulate", "--gpus", "16", "--straggler", "3:1.2", "--tune", "stragglers", "--steps", "1000"]
 
@@ -120,7 +120,7 @@ def test_a_large_job_groups_the_ranks_that_run_alike(state: Path, capsys: pytest
 
 
 def test_both_runs_report_their_steps_to_the_progress_callback() -> None:
-    job = StragglerJob("A40", "resnet50", gpus=2, steps=50, stragglers=((1, 1.2),))
+    job = JobConfig("A40", "resnet50", gpus=2, steps=50, stragglers=((1, 1.2),))
     done: list[int] = []
     run_ = run_stragglers(job, done.append)
     assert sum(done) == 2 * 50

@@ -24,8 +24,8 @@ TUNE_AND_DIE = textwrap.dedent("""
     from pathlib import Path
     from dtpo.devices.journal import state_dir
     from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig
+    from dtpo.simulation.tuning import tune_on_simulated
     from dtpo.tune.cost import Energy
-    from dtpo.tune.simulated import tune_on_simulated
 
     state, journal_dir, die_after = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     gpu = SimulatedGpu(SimulatedGpuConfig("A40", "resnet50", seed=3), state)
@@ -87,7 +87,8 @@ STRAGGLERS_AND_DIE = textwrap.dedent("""
     import os, signal, sys
     from pathlib import Path
     from dtpo.devices.journal import KnobJournal
-    from dtpo.tune.straggler_sim import StragglerJob, run_job
+    from dtpo.simulation.job import JobConfig
+    from dtpo.simulation.stragglers import run_job
 
     journal_dir, die_after = Path(sys.argv[1]), int(sys.argv[2])
     journal = KnobJournal(journal_dir / "knobs-journal.json")
@@ -100,7 +101,7 @@ STRAGGLERS_AND_DIE = textwrap.dedent("""
             print(f"killed after {steps} steps with {len(journal.entries())} ranks locked", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
-    run_job(StragglerJob("A40", "resnet50", gpus=4, steps=400, stragglers=((1, 1.3),)), True, journal_dir, progress)
+    run_job(JobConfig("A40", "resnet50", gpus=4, steps=400, stragglers=((1, 1.3),)), True, journal_dir, progress)
     print("finished without being killed", flush=True)
     sys.exit(3)
 """)

@@ -44,21 +44,12 @@ from dtpo.core.record import write_json_atomic
 from dtpo.devices.physics.gpu_model import known_workloads
 from dtpo.devices.physics.power_specs import POWER_SPECS, find_power_spec
 from dtpo.devices.physics.user_trace import describe_trace, load_trace_file
-from dtpo.plan.simulated_job import (
-    MAX_GPUS,
-    MAX_STEPS,
-    SWEEPS,
-    JobConfig,
-    SettingResult,
-    SimulatedJob,
-    optimal,
-    sweep_values,
-)
-from dtpo.plan.simulated_job import Progress as StepsDone
+from dtpo.simulation.data_parallel import SWEEPS, SettingResult, SimulatedJob, optimal, sweep_values
+from dtpo.simulation.job import MAX_GPUS, MAX_STEPS, PATTERNS, JobConfig
+from dtpo.simulation.job import Progress as StepsDone
 from dtpo.telemetry.store_paths import now_iso
 from dtpo.telemetry.summary import make_console
 from dtpo.tune.cost import CostMetric, parse_cost
-from dtpo.tune.straggler_sim import PATTERNS, StragglerJob
 
 log = logging.getLogger(__name__)
 
@@ -268,11 +259,11 @@ def simulate_command(
     if tune == STRAGGLER_TUNE:
         _check_straggler_tuning(sweep=sweep, power_limit=power_limit, sm_clock=sm_clock, trace=trace, model=model,
                                 cost=cost, tune_step=tune_step, counter_period=counter_period)
-        job = StragglerJob(gpu=gpu, workload=DEFAULT_WORKLOAD if workload is None else workload, gpus=gpus, steps=steps,
-                           stragglers=parse_stragglers(straggler),
-                           pattern=DEFAULT_PATTERN if straggler_pattern is None else straggler_pattern,
-                           period_steps=DEFAULT_PERIOD_STEPS if period is None else period, noise=noise, seed=seed,
-                           batch_size=batch_size)
+        job = JobConfig(gpu=gpu, workload=DEFAULT_WORKLOAD if workload is None else workload, gpus=gpus, steps=steps,
+                        stragglers=parse_stragglers(straggler),
+                        pattern=DEFAULT_PATTERN if straggler_pattern is None else straggler_pattern,
+                        period_steps=DEFAULT_PERIOD_STEPS if period is None else period, noise=noise, seed=seed,
+                        batch_size=batch_size, counter_period_s=0.0)
         data = _simulate_stragglers(console, job, json_out)
         save_result("simulate", data, run_dir, store, started_at, console)
         return
@@ -288,8 +279,9 @@ def simulate_command(
         workload = "" if trace is not None else DEFAULT_WORKLOAD
     config = JobConfig(gpu=gpu, workload=workload, gpus=gpus, steps=steps, batch_size=batch_size,
                        calibrated={"auto": None, "calibrated": True, "parametric": False}[model], seed=seed,
-                       time_noise=noise, power_noise=noise, counter_period_s=counter_period,
-                       straggler=parse_straggler(straggler), trace_file=None if trace is None else str(trace))
+                       noise=noise, counter_period_s=counter_period,
+                       stragglers=tuple(filter(None, [parse_straggler(straggler)])),
+                       trace_file=None if trace is None else str(trace))
     if tune is not None and metric is not None:
         with SimulatedJob(config) as job, progress_bar(steps, gpus) as progress:
             run = run_tuning(job, tune, metric, tune_step, progress)
@@ -322,8 +314,8 @@ def simulate_command(
              f"per setting ({kind})")
     caption = (f"{origin} Communication and data loading are not modelled. "
                "ΔE, Δt: energy and time against the default (maximum power limit, clocks floating).")
-    if config.straggler:
-        caption += f" Straggler: rank {config.straggler[0]} x{config.straggler[1]:g}."
+    for rank, factor in config.stragglers:
+        caption += f" Straggler: rank {rank} x{factor:g}."
     console.print(results_table(results, baseline, title, caption))
     if len(results) > 1:
         best_energy, best_time = optimal(results)
@@ -379,7 +371,7 @@ def _check_straggler_tuning(*, sweep: str | None, power_limit: float | None, sm_
                               "slowest one, and its energy is exact)")
 
 
-def _simulate_stragglers(console: Console, job: StragglerJob, json_out: Path | None) -> dict[str, object]:
+def _simulate_stragglers(console: Console, job: JobConfig, json_out: Path | None) -> dict[str, object]:
     """``--tune stragglers``: the job without and with per-rank slowdown, printed (and written to ``json_out``);
     returns the result as JSON values."""
     simulate_stragglers.check_job(job)

@@ -1,6 +1,6 @@
 """``dtpo simulate --tune stragglers``: per-rank slowdown of the ranks that only wait for a straggler, simulated.
 
-The job (:class:`~dtpo.tune.straggler_sim.StragglerJob`) runs twice with the same noise (same seed): every rank
+The job (:class:`~dtpo.simulation.job.JobConfig`) runs twice with the same noise (same seed): every rank
 free (no tuning), then with :class:`~dtpo.tune.straggler.StragglerSlowdown` locking each rank's SM clock after
 every window. It prints
 
@@ -8,7 +8,7 @@ every window. It prints
    there, the rank that set the pace marked; every rank up to :data:`MAX_RANK_ROWS` ranks, beyond that the ranks
    that set the pace and the listed stragglers, and one row (their mean) for all the others, which run alike;
 2. the two runs side by side (time, energy, power, J/sample, the share of energy spent waiting) with the energy
-   saved, the slowdown, the bloat (from :func:`~dtpo.tune.straggler_sim.ideal_energy`, noise-free) and the
+   saved, the slowdown, the bloat (from :func:`~dtpo.simulation.stragglers.ideal_energy`, noise-free) and the
    share of it recovered;
 3. a caption saying that every figure is simulated and what the pattern was.
 
@@ -30,8 +30,8 @@ from rich.table import Table
 
 from dtpo.core.errors import ConfigError
 from dtpo.devices.physics.gpu_model import GpuModel
-from dtpo.plan.simulated_job import MAX_STEPS
-from dtpo.tune.straggler_sim import JobResult, StragglerJob, ideal_energy, job_model, run_job
+from dtpo.simulation.job import MAX_STEPS, JobConfig
+from dtpo.simulation.stragglers import JobResult, ideal_energy, run_job
 
 MAX_GPU_STEPS = 5_000_000  # gpus x steps: every rank is simulated window by window, ~10 minutes for both runs
 PROGRESS_GPU_STEPS = 100_000  # both runs together: a progress bar (on a terminal) from about 5 s of work
@@ -53,7 +53,7 @@ class StragglerRun:
         jit_j: Noise-free energy with every non-critical rank at its just-in-time clock.
     """
 
-    job: StragglerJob
+    job: JobConfig
     model: GpuModel
     baseline: JobResult
     tuned: JobResult
@@ -61,7 +61,7 @@ class StragglerRun:
     jit_j: float
 
 
-def check_job(job: StragglerJob) -> GpuModel:
+def check_job(job: JobConfig) -> GpuModel:
     """The job's GPU model, or a one-line :class:`ConfigError` (flags named) for a job that cannot run."""
     if not 1 <= job.steps <= MAX_STEPS:
         raise ConfigError(f"--steps must be between 1 and {MAX_STEPS:,}, got {job.steps:,}")
@@ -78,10 +78,10 @@ def check_job(job: StragglerJob) -> GpuModel:
         raise ConfigError(f"--gpus x --steps must be at most {MAX_GPU_STEPS:,} GPU-steps with --tune stragglers "
                           f"(each rank is simulated on its own), got {job.gpus:,} x {job.steps:,}; fewer steps "
                           "show the same")
-    return job_model(job)
+    return job.model()
 
 
-def run_stragglers(job: StragglerJob, progress: Callable[[int], None] | None = None) -> StragglerRun:
+def run_stragglers(job: JobConfig, progress: Callable[[int], None] | None = None) -> StragglerRun:
     """Run ``job`` without and with per-rank slowdown (same seed: the same noise in both)."""
     model = check_job(job)
     baseline = run_job(job, tune=False, progress=progress)
@@ -124,7 +124,7 @@ class Segment:
     critical: int
 
 
-def segments(job: StragglerJob, result: JobResult, count: int = SEGMENTS) -> list[Segment]:
+def segments(job: JobConfig, result: JobResult, count: int = SEGMENTS) -> list[Segment]:
     """Split the run's windows into at most ``count`` stretches of (nearly) equal length."""
     windows = len(result.clocks)
     count = max(1, min(count, windows))
@@ -138,7 +138,7 @@ def segments(job: StragglerJob, result: JobResult, count: int = SEGMENTS) -> lis
     return out
 
 
-def shown_ranks(job: StragglerJob, parts: Sequence[Segment]) -> list[int]:
+def shown_ranks(job: JobConfig, parts: Sequence[Segment]) -> list[int]:
     """The ranks that get a row of their own: all of a small job; else the pace setters, then the stragglers."""
     if job.gpus <= MAX_RANK_ROWS:
         return list(range(job.gpus))
@@ -234,7 +234,7 @@ def result_table(run: StragglerRun, data: dict[str, Any]) -> Table:
     return table
 
 
-def describe_stragglers(job: StragglerJob) -> str:
+def describe_stragglers(job: JobConfig) -> str:
     """``rank 3 computes 1.2x slower`` or ``ranks 3, 5 compute 1.2x, 1.1x slower``."""
     if len(job.stragglers) == 1:
         (rank, factor), = job.stragglers
@@ -244,7 +244,7 @@ def describe_stragglers(job: StragglerJob) -> str:
     return f"ranks {ranks} compute {factors} slower"
 
 
-def describe_pattern(job: StragglerJob) -> str:
+def describe_pattern(job: JobConfig) -> str:
     """The pattern in words, e.g. ``static (rank 3 computes 1.2x slower throughout)``."""
     who = describe_stragglers(job)
     period = f"{job.period_steps:,} step" + ("s" if job.period_steps != 1 else "")

@@ -15,10 +15,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from dtpo.plan.simulated_job import SimulatedJob
+from dtpo.simulation.data_parallel import SimulatedJob
+from dtpo.simulation.tuning import SimulatedTuning, candidate_settings, summary, tune_on_simulated
 from dtpo.tune.cost import CostMetric
 from dtpo.tune.setting import GpuSetting
-from dtpo.tune.simulated import SimulatedTuning, candidate_settings, summary, tune_on_simulated
 
 ZEUS_STEPS_PER_LIMIT = 50  # Zeus's GlobalPowerLimitOptimizer: 10 warm-up + 40 profiled steps per limit
 
@@ -65,7 +65,7 @@ def visits_line(run: SimulatedTuning) -> str:
 
 def result_table(run: SimulatedTuning, job: SimulatedJob, knob: str, cost: CostMetric, step_w: float,
                  found: dict[str, Any]) -> Table:
-    """The tuning run against the oracle (``found``: :func:`dtpo.tune.simulated.summary`) and against a
+    """The tuning run against the oracle (``found``: :func:`dtpo.simulation.tuning.summary`) and against a
     Zeus-style full sweep."""
     gpus = job.gpus
     steps = job.config.steps
@@ -98,7 +98,7 @@ def print_tuning(console: Console, run: SimulatedTuning, job: SimulatedJob, knob
     """Print the tuning run and return it as plain values for ``--json``."""
     m = job.model
     title = (f"simulated tuning of the {knob}: {job.config.gpus} x {m.spec.name}, {m.workload}, batch "
-             f"{m.batch_size}/GPU, noise {job.config.time_noise:g}, cost: {cost.describe()}")
+             f"{m.batch_size}/GPU, noise {job.config.noise:g}, cost: {cost.describe()}")
     console.print(settings_table(run, title))
     console.print(f"visits: {visits_line(run)}")
     for line in run.tuner.history:

@@ -245,8 +245,8 @@ class TuneCallback(Callback):
 
     def _tune_model(self) -> dict[str, Any]:
         from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig
+        from dtpo.simulation.tuning import tune_on_simulated
         from dtpo.tune.prior import model_matching
-        from dtpo.tune.simulated import tune_on_simulated
 
         tuner = self.tuner
         assert tuner is not None

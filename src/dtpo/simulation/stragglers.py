@@ -1,25 +1,23 @@
 """Per-rank straggler slowdown on simulated GPUs: a data-parallel job whose slowest rank changes over time.
 
 Each rank is its own :class:`~dtpo.devices.simulated.SimulatedGpu` (its own knob-state file and journal
-entry, so each can run its own clock), all of one GPU model and workload. A *pattern* makes some ranks
-slower: ``static`` (the listed ranks, always), ``drifting`` (the slow ranks move to the next ranks every
-``period_steps``) or ``intermittent`` (slow for ``period_steps``, then not for as long). Every step ends when
-the slowest rank is done; the others wait at idle power.
+entry, so each can run its own clock), all of one GPU model and workload. The job's
+:attr:`~dtpo.simulation.job.JobConfig.pattern` makes its stragglers slow always, drifting from rank to rank, or
+intermittently (:meth:`~dtpo.simulation.job.JobConfig.factors`). Every step ends when the slowest rank is done;
+the others wait at idle power. Each rank's energy is what it spent, exactly (no energy counter).
 
 :func:`run_job` runs the job with or without :class:`~dtpo.tune.straggler.StragglerSlowdown` deciding a clock
 per rank after every window, through a journaled knob controller. :func:`ideal_energy` is the yardstick: the
 noise-free energy when every non-critical rank runs at the *just-in-time* setting (of the clocks at which it
 still keeps up with the critical rank, the one that spends least, waiting included) and when every rank runs
-at full clock; their difference is the *bloat*. Every
-figure here is simulated.
+at full clock; their difference is the *bloat*. Every figure here is simulated.
 """
 
 from __future__ import annotations
 
-import math
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,76 +26,18 @@ from dtpo.core.errors import ConfigError
 from dtpo.devices.base import KnobState
 from dtpo.devices.journal import KnobJournal
 from dtpo.devices.knobs import KnobController
-from dtpo.devices.physics.gpu_model import GpuModel, load_model
-from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig, operating_point
+from dtpo.devices.simulated import SimulatedGpu, operating_point
+from dtpo.simulation.job import JobConfig, Progress
 from dtpo.tune.straggler import RankWindow, StragglerSlowdown
 
-PATTERNS: tuple[str, ...] = ("static", "drifting", "intermittent")
-MAX_JOB_GPUS = 1024
+MAX_STRAGGLER_GPUS = 1024
 
 
-@dataclass(frozen=True)
-class StragglerJob:
-    """A simulated job with stragglers.
-
-    Attributes:
-        gpu: GPU model, e.g. ``"A40"``.
-        workload: Workload, e.g. ``"resnet50"``.
-        gpus: Ranks.
-        steps: Steps to run.
-        stragglers: ``(rank, factor)`` pairs: those ranks compute ``factor`` times slower while slow.
-        pattern: ``static``, ``drifting`` or ``intermittent``.
-        period_steps: How often a drifting straggler moves on, or an intermittent one switches.
-        noise: Relative standard deviation of step time and power.
-        seed: Noise seed.
-        window_steps: Steps per decision.
-        batch_size: Per-rank batch (``None``: the model's default).
-    """
-
-    gpu: str
-    workload: str
-    gpus: int = 8
-    steps: int = 2000
-    stragglers: tuple[tuple[int, float], ...] = ((0, 1.2),)
-    pattern: str = "static"
-    period_steps: int = 500
-    noise: float = 0.01
-    seed: int = 0
-    window_steps: int = 20
-    batch_size: int | None = None
-
-    def validate(self) -> None:
-        """One-line :class:`ConfigError` for a job that cannot be simulated."""
-        if not 2 <= self.gpus <= MAX_JOB_GPUS:
-            raise ConfigError(f"--gpus must be between 2 and {MAX_JOB_GPUS} for stragglers, got {self.gpus}")
-        if self.pattern not in PATTERNS:
-            raise ConfigError(f"unknown straggler pattern {self.pattern!r}; choose one of {', '.join(PATTERNS)}")
-        for rank, factor in self.stragglers:
-            if not 0 <= rank < self.gpus:
-                raise ConfigError(f"straggler rank {rank} is not one of the {self.gpus} ranks (0-{self.gpus - 1})")
-            if not (math.isfinite(factor) and factor > 0):
-                raise ConfigError(f"straggler factor must be a finite number > 0, got {factor:g}")
-        for name, value in (("steps", self.steps), ("period", self.period_steps), ("window", self.window_steps)):
-            if value < 1:
-                raise ConfigError(f"{name} must be >= 1, got {value}")
-        if not (math.isfinite(self.noise) and self.noise >= 0):
-            raise ConfigError(f"noise must be a finite number >= 0, got {self.noise:g}")
-
-    def factors(self, first_step: int, steps: int) -> np.ndarray:
-        """Each rank's slowdown factor at each of ``steps`` steps from ``first_step``: shape (ranks, steps)."""
-        out = np.ones((self.gpus, steps))
-        index = np.arange(first_step, first_step + steps)
-        phase = index // self.period_steps
-        for rank, factor in self.stragglers:
-            if self.pattern == "static":
-                out[rank] = np.maximum(out[rank], factor)
-            elif self.pattern == "drifting":
-                moved = (rank + phase) % self.gpus
-                for r in np.unique(moved):
-                    out[r, moved == r] = np.maximum(out[r, moved == r], factor)
-            else:
-                out[rank, phase % 2 == 0] = np.maximum(out[rank, phase % 2 == 0], factor)
-        return out
+def check_job(job: JobConfig) -> None:
+    """Raise :class:`ConfigError` for a job this simulation cannot run (beyond :meth:`JobConfig.validate`)."""
+    if not 2 <= job.gpus <= MAX_STRAGGLER_GPUS:
+        raise ConfigError(f"--gpus must be between 2 and {MAX_STRAGGLER_GPUS} for stragglers, got {job.gpus}")
+    job.validate()
 
 
 @dataclass
@@ -119,26 +59,21 @@ class JobResult:
     critical: list[int] = field(default_factory=list)
 
 
-def job_model(job: StragglerJob) -> GpuModel:
-    """The GPU model every rank of the job uses."""
-    return load_model(job.gpu, job.workload, job.batch_size)
-
-
-def run_job(job: StragglerJob, tune: bool, journal_dir: Path | None = None,
-            progress: Callable[[int], None] | None = None,
+def run_job(job: JobConfig, tune: bool, journal_dir: Path | None = None,
+            progress: Progress | None = None,
             fixed_locks: Sequence[float | None] | None = None) -> JobResult:
     """Run ``job`` (with per-rank slowdown when ``tune``; or with ``fixed_locks``, one SM clock per rank, ``None``
     for free, held from the first step: a static setting to compare with); the GPUs are restored before
     returning."""
-    job.validate()
-    model = job_model(job)
+    check_job(job)
+    model = job.model()
     spec = model.spec
     with tempfile.TemporaryDirectory(prefix="dtpo-stragglers-") as tmp:
         folder = Path(tmp)
         journal = KnobJournal((journal_dir or folder) / "knobs-journal.json")
-        ranks = [SimulatedGpu(SimulatedGpuConfig(spec.name, model.workload, model.batch_size, index=r, seed=job.seed,
-                                                 time_noise=job.noise, power_noise=job.noise, counter_period_s=0.0),
-                              folder / f"rank{r}.json", model=model) for r in range(job.gpus)]
+        # each rank's energy is read exactly (what advance() spent), not through a counter
+        ranks = [SimulatedGpu(replace(job.gpu_config(r), counter_period_s=0.0), folder / f"rank{r}.json", model=model)
+                 for r in range(job.gpus)]
         policy = StragglerSlowdown(spec.sm_clocks_mhz)
         locks: list[float | None] = [None] * job.gpus
         result = JobResult(0.0, 0.0, 0.0)
@@ -186,10 +121,10 @@ def run_job(job: StragglerJob, tune: bool, journal_dir: Path | None = None,
     return result
 
 
-def ideal_energy(job: StragglerJob) -> tuple[float, float]:
+def ideal_energy(job: JobConfig) -> tuple[float, float]:
     """Noise-free ``(energy at full clock, energy at the just-in-time clocks)`` of the job: the bloat is their
     difference."""
-    model = job_model(job)
+    model = job.model()
     spec = model.spec
     batch = model.batch_size
     points = [operating_point(model, KnobState(spec.max_power_w, (c, c))) for c in spec.sm_clocks_mhz]

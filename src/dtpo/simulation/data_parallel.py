@@ -1,27 +1,28 @@
 """A synchronous data-parallel training job on simulated GPUs, in simulated time.
 
 Each step every GPU computes its micro-batch (time and power from its model, with noise and an optional
-straggler); the step ends when the slowest GPU is done, and the others wait at idle power. Knobs are set
-through the same :class:`dtpo.devices.knobs.KnobController` as on real GPUs, so the journal and restore
-paths run for real; energy is read from the simulated GPUs' counters, which update only every counter
-period, exactly as a monitor would read NVML.
+straggler); the step ends when the slowest GPU is done, and the others wait at idle power
+(:func:`synchronous_steps`, which the power tuner's simulation steps too). Knobs are set through the same
+:class:`dtpo.devices.knobs.KnobController` as on real GPUs, so the journal and restore paths run for real; energy
+is read from the simulated GPUs' counters, which update only every counter period, exactly as a monitor would
+read NVML.
 
 Not modelled here (yet): gradient communication time and its power, host-side data loading; the step time
 is the slowest GPU's compute time. Say so wherever results are shown.
 
 The job's GPUs are one :class:`dtpo.devices.simulated.SimulatedGpuGroup`: one knob-state file under
 ``state_dir()/sim`` (present only while the settings differ from the defaults) and one journal entry however
-many GPUs there are. Steps are simulated in chunks of at most :data:`CHUNK_ELEMENTS` GPU-steps, so memory
-stays bounded, and a progress callback can follow a long job. :data:`MAX_GPUS` and :data:`MAX_STEPS` bound a
-job; the message of a larger one names the maximum.
+many GPUs there are; its stragglers are slow throughout (the ``static`` pattern). Steps are simulated in chunks
+of at most :data:`CHUNK_ELEMENTS` GPU-steps, so memory stays bounded, and a progress callback can follow a long
+job. :data:`~dtpo.simulation.job.MAX_GPUS`, :data:`~dtpo.simulation.job.MAX_STEPS` and :data:`MAX_GPU_STEPS`
+bound a job; the message of a larger one names the maximum.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,78 +31,50 @@ import numpy as np
 from dtpo.core.errors import ConfigError
 from dtpo.devices.journal import KnobJournal, state_dir
 from dtpo.devices.knobs import KnobController
-from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig, SimulatedGpuGroup
+from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuGroup
+from dtpo.simulation.job import JobConfig, Progress
 
 SWEEPS: tuple[str, ...] = ("power-limit", "sm-clock")
-MAX_GPUS = 4096  # each GPU is simulated on its own (its noise, its counter): time grows with the count
-MAX_STEPS = 1_000_000
 MAX_GPU_STEPS = 500_000_000  # gpus x steps per setting: about a minute per setting on one core
 CHUNK_ELEMENTS = 1 << 22  # GPU-steps simulated at once (a few arrays of this many floats: ~32 MB each)
 
-Progress = Callable[[int], None]  # called with the number of steps just simulated
+
+def check_job(config: JobConfig) -> None:
+    """Raise :class:`ConfigError` for a job this simulation cannot run (beyond :meth:`JobConfig.validate`)."""
+    config.validate()
+    if config.gpus * config.steps > MAX_GPU_STEPS:
+        raise ConfigError(f"--gpus x --steps must be at most {MAX_GPU_STEPS:,} GPU-steps per setting, got "
+                          f"{config.gpus:,} x {config.steps:,}; fewer steps give the same averages")
+    if config.stragglers and config.pattern != "static":
+        raise ConfigError(f"the {config.pattern} straggler pattern needs the straggler simulation "
+                          "(dtpo simulate --tune stragglers); this job's stragglers are slow throughout")
 
 
 @dataclass(frozen=True)
-class JobConfig:
-    """A simulated job.
+class StepBlock:
+    """What a block of synchronous steps took.
 
     Attributes:
-        gpu: GPU model key (``dtpo simulate --list`` shows them); with ``trace_file``, the GPU it was measured on.
-        workload: Workload name; with ``trace_file``, which of the file's traces (``"network"``,
-            ``"network/dataset"`` or ``"network/dataset/optimizer"``; ``""``: the file's only one).
-        gpus: Number of GPUs (data-parallel ranks).
-        steps: Training steps per setting.
-        batch_size: Per-GPU batch (``None``: the model's default).
-        calibrated: Force the calibrated (True) or parametric (False) model; ``None`` picks calibrated where
-            a trace exists.
-        seed: Noise seed.
-        time_noise: Relative standard deviation of each step's compute time.
-        power_noise: Relative standard deviation of each step's power.
-        counter_period_s: Energy-counter update period.
-        straggler: ``(rank, factor)``: that rank computes ``factor`` times slower; ``None`` for none.
-        trace_file: A user's measured power-limit sweep (CSV in the Zeus columns, see
-            :mod:`dtpo.devices.physics.user_trace`) to calibrate the GPUs on; ``None``: the shipped traces.
+        step_s: Each step's time: the slowest GPU's compute time.
+        wait_s: GPU-seconds spent waiting for the slowest GPU, all GPUs together.
+        compute_s: GPU-seconds spent computing, all GPUs together.
     """
 
-    gpu: str
-    workload: str
-    gpus: int = 8
-    steps: int = 1000
-    batch_size: int | None = None
-    calibrated: bool | None = None
-    seed: int = 0
-    time_noise: float = 0.01
-    power_noise: float = 0.01
-    counter_period_s: float = 0.1
-    straggler: tuple[int, float] | None = None
-    trace_file: str | None = None
+    step_s: np.ndarray
+    wait_s: float
+    compute_s: float
 
-    def validate(self) -> None:
-        """Raise :class:`ConfigError` on values that cannot describe a job."""
-        if not 1 <= self.gpus <= MAX_GPUS:
-            raise ConfigError(f"--gpus must be between 1 and {MAX_GPUS:,}, got {self.gpus:,}")
-        if not 1 <= self.steps <= MAX_STEPS:
-            raise ConfigError(f"--steps must be between 1 and {MAX_STEPS:,}, got {self.steps:,}")
-        if self.gpus * self.steps > MAX_GPU_STEPS:
-            raise ConfigError(f"--gpus x --steps must be at most {MAX_GPU_STEPS:,} GPU-steps per setting, got "
-                              f"{self.gpus:,} x {self.steps:,}; fewer steps give the same averages")
-        for flag, value in (("--noise", self.time_noise), ("--noise", self.power_noise)):
-            if not math.isfinite(value) or value < 0:
-                raise ConfigError(f"{flag} must be a finite number >= 0 (e.g. 0.01), got {value:g}")
-        if not math.isfinite(self.counter_period_s) or self.counter_period_s < 0:
-            raise ConfigError(f"--counter-period must be a finite number >= 0 s, got {self.counter_period_s:g}")
-        if self.seed < 0:
-            raise ConfigError(f"--seed must be >= 0, got {self.seed}")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ConfigError(f"--batch-size must be >= 1, got {self.batch_size}")
-        if self.trace_file is not None and self.calibrated is False:
-            raise ConfigError("--model parametric cannot use --trace: a measured trace gives a calibrated model")
-        if self.straggler is not None:
-            rank, factor = self.straggler
-            if not 0 <= rank < self.gpus:
-                raise ConfigError(f"straggler rank {rank} is not one of the {self.gpus} GPUs (0-{self.gpus - 1})")
-            if not math.isfinite(factor) or factor <= 0:
-                raise ConfigError(f"straggler factor must be a finite number > 0, got {factor:g}")
+
+def synchronous_steps(gpus: Sequence[SimulatedGpu], steps: int) -> StepBlock:
+    """Run ``steps`` synchronous data-parallel steps on ``gpus`` at their current settings: every GPU computes,
+    the step ends when the slowest is done, the others wait at idle power."""
+    drawn = [gpu.sample_steps(steps) for gpu in gpus]
+    compute = np.stack([times for times, _ in drawn])
+    step_s = compute.max(axis=0)
+    wait = step_s[None, :] - compute
+    for gpu, (_, powers), mine, waited in zip(gpus, drawn, compute, wait, strict=True):
+        gpu.advance(mine, powers, waited)
+    return StepBlock(step_s, float(wait.sum()), float(compute.sum()))
 
 
 @dataclass(frozen=True)
@@ -116,6 +89,7 @@ class SettingResult:
         energy_j: Energy of all GPUs, read from their counters.
         samples: Samples trained.
         sync_wait_share: Fraction of GPU-time spent waiting for the slowest GPU.
+        gpus: GPUs of the job.
     """
 
     power_limit_w: float
@@ -152,7 +126,7 @@ class SettingResult:
 
 
 class SimulatedJob:
-    """A data-parallel job on ``config.gpus`` simulated GPUs; use as a context manager.
+    """A data-parallel job on ``config.gpus`` simulated GPUs, all at one setting; use as a context manager.
 
     Args:
         config: The job.
@@ -163,18 +137,14 @@ class SimulatedJob:
 
     def __init__(self, config: JobConfig, controller: KnobController | None = None,
                  state_folder: Path | None = None) -> None:
-        config.validate()
+        check_job(config)
         self.config = config
         self.controller = controller or KnobController("apply", KnobJournal(), log=lambda _: None)
         self.state_folder = state_folder or state_dir() / "sim"
         self._own_folder = state_folder is None
-        slowdowns = {config.straggler[0]: config.straggler[1]} if config.straggler else {}
-        self.gpus = SimulatedGpuGroup(
-            SimulatedGpuConfig(config.gpu, config.workload, config.batch_size, config.calibrated, seed=config.seed,
-                               time_noise=config.time_noise, power_noise=config.power_noise,
-                               counter_period_s=config.counter_period_s,
-                               trace_file=None if config.trace_file is None else str(config.trace_file)),
-            config.gpus, self.state_folder / f"{os.getpid()}-{secrets.token_hex(4)}.json", slowdowns)
+        self.gpus = SimulatedGpuGroup(config.gpu_config(), config.gpus,
+                                      self.state_folder / f"{os.getpid()}-{secrets.token_hex(4)}.json",
+                                      dict(config.stragglers))
         self.devices: list[SimulatedGpu] = self.gpus.members
         self.model = self.gpus.model
 
@@ -231,17 +201,10 @@ class SimulatedJob:
         done = 0
         while done < self.config.steps:
             steps = min(chunk, self.config.steps - done)
-            drawn = [d.sample_steps(steps) for d in self.devices]
-            compute = np.stack([times for times, _ in drawn])
-            powers = np.stack([watts for _, watts in drawn])
-            del drawn
-            step_s = compute.max(axis=0)
-            wait = step_s[None, :] - compute
-            for rank, device in enumerate(self.devices):
-                device.advance(compute[rank], powers[rank], wait[rank])
-            time_s += float(step_s.sum())
-            wait_s += float(wait.sum())
-            compute_s += float(compute.sum())
+            block = synchronous_steps(self.devices, steps)
+            time_s += float(block.step_s.sum())
+            wait_s += block.wait_s
+            compute_s += block.compute_s
             done += steps
             if progress is not None:
                 progress(steps)

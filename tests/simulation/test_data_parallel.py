@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-import dtpo.plan.simulated_job as simulated_job
+import dtpo.simulation.data_parallel as data_parallel
 from dtpo.core.errors import ConfigError
 from dtpo.devices.base import KnobState
 from dtpo.devices.journal import KnobJournal, restore_pending, state_dir
 from dtpo.devices.physics.traces import find_trace
 from dtpo.devices.simulated import reopen_simulated
-from dtpo.plan.simulated_job import MAX_GPU_STEPS, MAX_GPUS, MAX_STEPS, JobConfig, SimulatedJob, optimal, sweep_values
+from dtpo.simulation.data_parallel import MAX_GPU_STEPS, SimulatedJob, optimal, sweep_values
+from dtpo.simulation.job import MAX_GPUS, MAX_STEPS, JobConfig
 
 
 @pytest.fixture(autouse=True)
@@ -26,8 +27,7 @@ def _state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def quiet(**kwargs: object) -> JobConfig:
-    base = {"gpu": "A40", "workload": "resnet50", "gpus": 4, "steps": 200, "time_noise": 0.0,
-            "power_noise": 0.0, "counter_period_s": 0.0}
+    base = {"gpu": "A40", "workload": "resnet50", "gpus": 4, "steps": 200, "noise": 0.0, "counter_period_s": 0.0}
     return JobConfig(**{**base, **kwargs})  # type: ignore[arg-type]
 
 
@@ -45,7 +45,7 @@ def test_without_noise_the_job_is_the_model_times_steps() -> None:
 def test_a_straggler_sets_the_pace_and_the_others_wait() -> None:
     with SimulatedJob(quiet()) as job:
         even = job.run()
-    with SimulatedJob(quiet(straggler=(2, 1.25))) as job:
+    with SimulatedJob(quiet(stragglers=((2, 1.25),))) as job:
         slow = job.run()
     assert slow.time_s == pytest.approx(1.25 * even.time_s)
     assert slow.sync_wait_share == pytest.approx(3 * 0.25 / (3 * 1.25 + 1.25), rel=1e-6)
@@ -76,7 +76,7 @@ def test_a_dry_run_changes_and_leaves_nothing() -> None:
 def test_chunks_and_progress_cover_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
     with SimulatedJob(quiet(steps=1000)) as job:
         whole = job.run(200)
-    monkeypatch.setattr(simulated_job, "CHUNK_ELEMENTS", 4 * 64)  # 64 steps per chunk on 4 GPUs
+    monkeypatch.setattr(data_parallel, "CHUNK_ELEMENTS", 4 * 64)  # 64 steps per chunk on 4 GPUs
     done: list[int] = []
     with SimulatedJob(quiet(steps=1000)) as job:
         chunked = job.run(200, progress=done.append)
@@ -86,7 +86,8 @@ def test_chunks_and_progress_cover_every_step(monkeypatch: pytest.MonkeyPatch) -
 
 KILLED_JOB = textwrap.dedent("""
     import time
-    from dtpo.plan.simulated_job import JobConfig, SimulatedJob
+    from dtpo.simulation.data_parallel import SimulatedJob
+    from dtpo.simulation.job import JobConfig
     job = SimulatedJob(JobConfig("A40", "resnet50", gpus=16, steps=10)).__enter__()
     job.run(150, job.model.spec.sm_clocks_mhz[0])
     print(job.state_path, flush=True)
@@ -143,11 +144,12 @@ def test_default_sweeps_cover_the_range() -> None:
     ({"gpus": MAX_GPUS + 1}, f"--gpus must be between 1 and {MAX_GPUS:,}"),
     ({"steps": MAX_STEPS + 1}, f"--steps must be between 1 and {MAX_STEPS:,}"),
     ({"gpus": MAX_GPUS, "steps": MAX_GPU_STEPS // MAX_GPUS + 1}, f"at most {MAX_GPU_STEPS:,} GPU-steps"),
-    ({"time_noise": float("nan")}, "--noise"), ({"power_noise": float("inf")}, "--noise"),
+    ({"noise": float("nan")}, "--noise"), ({"noise": float("inf")}, "--noise"),
     ({"counter_period_s": float("nan")}, "--counter-period"), ({"seed": -1}, "--seed"),
     ({"batch_size": 0}, "--batch-size"),
-    ({"straggler": (9, 1.2)}, "straggler rank"),
-    ({"straggler": (0, -1.0)}, "straggler factor"), ({"straggler": (0, float("nan"))}, "straggler factor")])
+    ({"stragglers": ((9, 1.2),)}, "straggler rank"),
+    ({"stragglers": ((0, -1.0),)}, "straggler factor"), ({"stragglers": ((0, float("nan")),)}, "straggler factor"),
+    ({"stragglers": ((0, 1.2),), "pattern": "drifting"}, "needs the straggler simulation")])
 def test_bad_jobs_are_one_line_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         SimulatedJob(quiet(**kwargs))

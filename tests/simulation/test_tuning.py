@@ -20,8 +20,7 @@ from dtpo.devices.journal import KnobJournal
 from dtpo.devices.physics.gpu_model import CalibratedModel
 from dtpo.devices.physics.traces import Trace, load_traces
 from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig, SimulatedGpuGroup
-from dtpo.tune.cost import CostMetric, Energy, MaxSlowdown, ZeusCost
-from dtpo.tune.simulated import (
+from dtpo.simulation.tuning import (
     SimulatedTuning,
     candidate_settings,
     default_setting,
@@ -30,6 +29,7 @@ from dtpo.tune.simulated import (
     true_figures,
     tune_on_simulated,
 )
+from dtpo.tune.cost import CostMetric, Energy, MaxSlowdown, ZeusCost
 from dtpo.tune.tuner import TunerOptions
 
 NOISE = 0.01

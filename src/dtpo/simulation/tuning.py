@@ -1,10 +1,11 @@
 """The power tuner on simulated GPUs: the same :class:`~dtpo.tune.tuner.PowerTuner`, fed by simulated steps.
 
 :func:`tune_on_simulated` steps simulated GPUs (one :class:`~dtpo.devices.simulated.SimulatedGpu`, or the
-GPUs of a :class:`~dtpo.devices.simulated.SimulatedGpuGroup`, which all run the same setting), reads their
-energy counters exactly as a monitor reads NVML, feeds the tuner block by block, and applies each setting it
-asks for through a journaled :class:`~dtpo.devices.knobs.KnobController`, until the tuner holds its choice
-(and, with ``job_steps``, on to the end of the job). Every figure it returns is simulated.
+GPUs of a :class:`~dtpo.devices.simulated.SimulatedGpuGroup`, which all run the same setting, as
+:class:`~dtpo.simulation.data_parallel.SimulatedJob` builds them for a :class:`~dtpo.simulation.job.JobConfig`),
+reads their energy counters exactly as a monitor reads NVML, feeds the tuner block by block, and applies each
+setting it asks for through a journaled :class:`~dtpo.devices.knobs.KnobController`, until the tuner holds its
+choice (and, with ``job_steps``, on to the end of the job). Every figure it returns is simulated.
 
 :func:`true_cost` and :func:`oracle` read the model without noise: the yardstick a tuning run is judged by.
 """
@@ -12,25 +13,22 @@ asks for through a journaled :class:`~dtpo.devices.knobs.KnobController`, until 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from dtpo.devices.base import KnobState
 from dtpo.devices.journal import KnobJournal
 from dtpo.devices.knobs import KnobController
 from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuGroup, operating_point
+from dtpo.simulation.data_parallel import synchronous_steps
+from dtpo.simulation.job import Progress
 from dtpo.tune.cost import CostContext, CostMetric
 from dtpo.tune.knob import DEFAULT_STEP_W, apply_setting, candidate_grid, make_knobs
 from dtpo.tune.prior import model_guess
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.stats import Block
 from dtpo.tune.tuner import PowerTuner, TunerOptions
-
-Progress = Callable[[int], None]
 
 
 @dataclass
@@ -62,13 +60,10 @@ def simulate_block(gpus: SimulatedGpu | SimulatedGpuGroup, steps: int) -> Block:
     """Run ``steps`` synchronous data-parallel steps at the current settings; energy read from the counters."""
     members = _members(gpus)
     before = sum(m.energy_j() for m in members)
-    drawn = [m.sample_steps(steps) for m in members]
-    compute = np.stack([t for t, _ in drawn])
-    step_s = compute.max(axis=0)
-    for m, (times, powers) in zip(members, drawn, strict=True):
-        m.advance(times, powers, step_s - times)
+    block = synchronous_steps(members, steps)
     energy = sum(m.energy_j() for m in members) - before
-    return Block(steps, steps * members[0].model.batch_size * len(members), float(step_s.sum()), float(energy))
+    return Block(steps, steps * members[0].model.batch_size * len(members), float(block.step_s.sum()),
+                 float(energy))
 
 
 def context_of(gpus: SimulatedGpu | SimulatedGpuGroup) -> CostContext:
