@@ -209,7 +209,7 @@ def _batch_norm_run(rank: int, world_size: int, out: str, allow: bool) -> None:
         session.backward(F.cross_entropy(model(x), y))
         session.step(opt)
     session.finish()
-    (Path(out) / f"bn{allow}.json").write_text(json.dumps({"tuning": session.rank_record.tuning,
+    (Path(out) / f"bn{allow}.json").write_text(json.dumps({"tuning": session.rank_record.tuning.to_dict(),
                                                            "switches": session.switch_log}, default=str))
 
 

@@ -23,6 +23,7 @@ import dtpo
 from dtpo.core.callbacks import Window
 from dtpo.core.config import RunConfig, SessionConfig, TelemetryConfig
 from dtpo.core.record import StepRecord
+from dtpo.core.tuner_status import ClockLock, SlackReading, SlackStatus, TunerState, TunerStatus
 from dtpo.devices.discovery import Discovery
 from dtpo.devices.nvml import open_nvml_gpus
 from dtpo.session.metrics_callback import MetricsCallback
@@ -177,6 +178,48 @@ def test_gpu_figures_use_dcgm_names(tmp_path: Path, gpus: list[Any], monkeypatch
     assert found["dtpo_energy_per_sample_joules"][0][1] == pytest.approx(300.0 / 16)
 
 
+# -- tuners found by what they implement, not by their class ------------------------------------------------------
+
+
+class FakeTuner:
+    """Any object with the :class:`TunerStatus` methods: no dtpo class to inherit."""
+
+    def __init__(self, state: TunerState | None, lock: ClockLock | None) -> None:
+        self.state, self.lock = state, lock
+
+    def tuner_state(self) -> TunerState | None:
+        return self.state
+
+    def clock_lock(self) -> ClockLock | None:
+        return self.lock
+
+
+class FakeSlack:
+    def latest_slack(self) -> SlackReading:
+        return SlackReading(window=4, wait_s=(0.125, 0.0))
+
+
+def test_tuners_and_slack_are_read_through_their_protocols(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))  # restored after the test
+    session = stub_session(tmp_path, [])
+    session.callbacks = [object(), FakeTuner(None, None), FakeTuner(TunerState("power", "hold"), ClockLock(1410.0)),
+                         FakeTuner(TunerState("stragglers", "free"), ClockLock(900.0)), FakeSlack()]
+    assert isinstance(session.callbacks[1], TunerStatus) and not isinstance(session.callbacks[0], TunerStatus)
+    callback = MetricsCallback("127.0.0.1:0")
+    callback.on_train_start(session)
+    callback.on_window_end(session, Window(0, 1, 2, 1.0, 16, 0.5))
+    assert callback.server is not None and callback.server.url is not None
+    with urllib.request.urlopen(callback.server.url, timeout=10) as response:
+        found = parse(response.read().decode())
+    callback.on_train_end(session, None)
+    states = {(lab["tuner"], lab["state"]) for lab, v in found["dtpo_tuner_state"] if v == 1}
+    assert states == {("power", "hold"), ("stragglers", "free")}
+    assert ("none", "off") not in states
+    clocks = [v for lab, v in found["dtpo_knob_setting"] if lab["knob"] == "sm_clock_mhz"]
+    assert clocks == [1410.0]  # the first callback with a say on the clock
+    assert [(lab["basis"], v) for lab, v in found["dtpo_sync_wait_seconds"]] == [("slack", 0.125)]
+
+
 # -- an address someone else holds --------------------------------------------------------------------------------
 
 
@@ -200,3 +243,24 @@ def test_a_taken_port_costs_the_endpoint_not_the_run(tmp_path: Path, monkeypatch
     assert not (directory / ENDPOINT_FILE).exists()
     found = parse(collect_text(directory))
     assert [v for _, v in found["dtpo_steps_total"]] == [4]
+
+
+def test_the_builtin_tuners_implement_the_protocols() -> None:
+    from dtpo.core.config import KnobConfig, TuneConfig
+    from dtpo.session.gpu_knobs import KnobCallback
+    from dtpo.session.job_tuning import JobTuneCallback
+    from dtpo.session.power_tuning import TuneCallback
+    from dtpo.session.slack import SlackCallback
+    from dtpo.session.straggler_tuning import StragglerCallback
+
+    before_start = {
+        TuneCallback(TuneConfig(knob="power-limit"), "apply", []): TunerState("power", "off"),
+        JobTuneCallback(TuneConfig(knob="precision")): TunerState("job", "wait"),
+        StragglerCallback("apply", []): TunerState("stragglers", "off"),
+        KnobCallback(KnobConfig(sm_clock_mhz=1200), []): None,
+    }
+    for callback, state in before_start.items():
+        assert isinstance(callback, TunerStatus)
+        assert callback.tuner_state() == state and callback.clock_lock() is None  # nothing applied yet
+    assert isinstance(SlackCallback(), SlackStatus) and SlackCallback().latest_slack() is None
+    assert not isinstance(SlackCallback(), TunerStatus)

@@ -24,6 +24,7 @@ import torch
 from fakes import FakeNvml, FakeNvmlGpu
 
 from dtpo.core.config import TuneConfig
+from dtpo.core.record_sections import PowerTuning
 from dtpo.devices.nvml import NvmlGpu, open_nvml_gpus
 from dtpo.session.power_tuning import TuneCallback
 from dtpo.tune.prior import spec_for
@@ -144,9 +145,10 @@ class Job:
     def finish(self, cb: TuneCallback) -> dict[str, Any]:
         rank = self.session.lifecycle.rank
         cb.on_rank_end(self.session, rank)
-        assert isinstance(rank.tuning, dict)
-        json.dumps(rank.tuning)  # it goes into record.json as it is
-        return rank.tuning
+        assert isinstance(rank.tuning, PowerTuning)
+        report = rank.tuning.to_dict()
+        json.dumps(report)  # it goes into record.json as it is
+        return report
 
 
 @pytest.fixture

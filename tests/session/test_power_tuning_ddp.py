@@ -39,7 +39,7 @@ def _train(rank: int, world_size: int, out: str, knobs_on: list[int]) -> None:
         session.step(opt)
     session.finish()
     (Path(out) / f"rank{rank}.json").write_text(json.dumps({
-        "tuning": session.lifecycle.rank.tuning, "calls": gpu.calls, "restored": gpu.state.power_limit_w}))
+        "tuning": session.lifecycle.rank.tuning.to_dict(), "calls": gpu.calls, "restored": gpu.state.power_limit_w}))
 
 
 def _results(out: Path) -> list[dict]:

@@ -25,8 +25,8 @@ def _train(rank: int, world_size: int, out: str) -> None:
     assert latest is not None
     (Path(out) / f"rank{rank}.json").write_text(json.dumps({
         "gathers": slack.gathers, "windows": len(slack.history), "critical": latest.critical_rank,
-        "critical_share": latest.critical_share, "wait_s": list(latest.wait_s), "record": session.lifecycle.rank.slack,
-        "trend": slack.trend_s(0)}))
+        "critical_share": latest.critical_share, "wait_s": list(latest.wait_s),
+        "record": session.lifecycle.rank.slack.to_dict(), "trend": slack.trend_s(0)}))
 
 
 def test_the_waiting_rank_learns_its_slack_once_per_window(tmp_path: Path) -> None:

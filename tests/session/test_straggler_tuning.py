@@ -28,7 +28,7 @@ def _train(rank: int, world_size: int, out: str, with_knobs: list[int]) -> None:
     train_behind_a_straggler(session, rank, STEPS, LAG_S)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps({
         "calls": gpu.calls, "locked_at_end": gpu.state.locked_sm_clocks_mhz, "gathers": callback.gathers,
-        "windows": len(callback.history), "slack": session.lifecycle.rank.slack}))
+        "windows": len(callback.history), "slack": session.lifecycle.rank.slack.to_dict()}))
 
 
 def _results(out: Path) -> list[dict]:

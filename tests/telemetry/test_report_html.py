@@ -12,6 +12,7 @@ import pytest
 from dtpo.core.errors import ConfigError
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import EnergyTotals, RankRecord, RunRecord, StepRecord
+from dtpo.core.record_sections import tuning_from_dict
 from dtpo.telemetry.report_data import RunData, load_input
 from dtpo.telemetry.report_html import build_report, render_report, write_report
 from dtpo.telemetry.report_svg import inline_svg, thin
@@ -65,7 +66,7 @@ def make_run(folder: Path, run_id: str = "run-a", energy: bool = True, tuned: bo
         csv.parent.mkdir(parents=True)
         csv.write_text("t_s,cpu (modelled) [W]\n" + "".join(f"{0.1 * i:.3f},{10 + i % 3}\n" for i in range(12)))
     if tuned:
-        ranks[0].tuning = _job_report()
+        ranks[0].tuning = tuning_from_dict(_job_report())
         ranks[0].switches = [{"step": 3, "setting": "grad_accum", "value": 2}]
     totals = {"throughput": Measurement(160.0, "samples/s", "derived"),
               "step_time_s": Measurement(0.1, "s", "derived", EVIL)}

@@ -9,6 +9,7 @@ from rich.console import Console
 
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import EnergyTotals, RankRecord, RunRecord, StepRecord
+from dtpo.core.record_sections import PowerTuning, SlackSection
 from dtpo.core.totals import finalize
 from dtpo.telemetry.scaling import bench_table, scaling_rows
 from dtpo.telemetry.summary import PIPE_WIDTH, make_console, print_summary
@@ -80,25 +81,27 @@ def test_scaling_rows_and_table_from_typed_records() -> None:
 
 def test_the_tuning_line_shows_the_choice_its_cost_and_a_model_figure_as_one() -> None:
     run = record()
-    run.ranks[0].tuning = {
+    run.ranks[0].tuning = PowerTuning.from_dict({
         "knob": "power-limit", "metric": "energy", "metric_description": "energy per sample", "source": "measured",
         "choice": {"power_limit_w": 200.0, "sm_clock_mhz": None}, "profiling_steps": 55,
         "profiling_cost": {"steps": 55, "time_s": 10.0, "energy_j": 2000.0, "extra_time_s": 1.5,
                            "extra_energy_j": -800.0},
         "projected_saving": {"samples": 100_000, "time_s": -30.0, "energy_j": 9000.0, "cost": 9000.0,
                              "cost_fraction": 0.19},
-        "profile": {}}
+        "profile": {}})
+    assert run.ranks[0].tuning.report is not None
     text = " ".join(render(run).split())
     assert "GPU tuning 200 W for energy per sample; 55 profiling steps (+1.5 s, -0.80 kJ against the default)" in text
     assert "saves 19.0 % of the cost per sample over the remaining 100,000 samples (estimate)" in text
     assert "refined" not in text
-    run.ranks[0].tuning["refined"] = {"against": {"power_limit_w": 175.0, "sm_clock_mhz": None},
+    run.ranks[0].tuning.report["refined"] = {"against": {"power_limit_w": 175.0, "sm_clock_mhz": None},
                                       "steps_at_runner_up": 800, "steps": 1600, "outcome": "200 W held (told apart)"}
     text = " ".join(render(run).split())
     assert "near-tie with 175 W refined while training: 200 W held (told apart), 800 steps at the runner-up" in text
 
-    run.ranks[0].tuning = {"knob": "power-limit", "metric": "energy", "source": "model", "mode": "observe",
-                           "choice": None, "model": {"choice": {"power_limit_w": 250.0, "sm_clock_mhz": None}}}
+    run.ranks[0].tuning = PowerTuning.from_dict({
+        "knob": "power-limit", "metric": "energy", "source": "model", "mode": "observe", "choice": None,
+        "model": {"choice": {"power_limit_w": 250.0, "sm_clock_mhz": None}}})
     text = " ".join(render(run).split())
     assert "model figure, nothing changed (observe mode): would choose 250 W for energy" in text
 
@@ -109,11 +112,12 @@ def test_no_tuning_line_without_tune() -> None:
 
 def test_the_straggler_line_shows_the_pace_setter_the_waiting_and_the_locked_clocks() -> None:
     run = record()
-    run.ranks[0].slack = {"windows": 4, "steps": 40, "wait_s_per_step": 0.03, "wait_share": 0.3,
-                          "critical_ranks": {"1": 4}, "tuned": True,
-                          "clock_changes": [{"window": 0, "step": 12, "clock_mhz": 1200.0, "critical_rank": 1}]}
-    run.ranks[1].slack = {"windows": 4, "steps": 40, "wait_s_per_step": 0.0, "wait_share": 0.0,
-                          "critical_ranks": {"1": 4}, "tuned": True, "clock_changes": []}
+    run.ranks[0].slack = SlackSection(windows=4, steps=40, wait_s_per_step=0.03, wait_share=0.3,
+                                      critical_ranks={"1": 4}, tuned=True,
+                                      clock_changes=[{"window": 0, "step": 12, "clock_mhz": 1200.0,
+                                                      "critical_rank": 1}])
+    run.ranks[1].slack = SlackSection(windows=4, steps=40, wait_s_per_step=0.0, wait_share=0.0,
+                                      critical_ranks={"1": 4}, tuned=True, clock_changes=[])
     text = " ".join(render(run).split())
     assert ("stragglers pace set by rank 1 in 100 % of windows; ranks waited 15.0 % of their step time; "
             "1 rank(s) ended locked lower (1200-1200 MHz)") in text

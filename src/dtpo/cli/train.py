@@ -31,9 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-CONFIG_ENV = "DTPO_CONFIG"
-
-
 def usable_cores() -> int:
     """CPU cores this process may run on (its affinity mask, else the machine's count)."""
     try:
@@ -159,8 +156,8 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
     if config.launch.max_restarts:
         argv[-2:-2] = ["--max-restarts", str(config.launch.max_restarts)]
     threads = str(config.launch.threads_per_worker or threads_per_worker(config))
-    with worker_environment({CONFIG_ENV: str(path), "OMP_NUM_THREADS": threads}):
-        return launch(parse_launch_args(argv))
+    with worker_environment({"OMP_NUM_THREADS": threads}):
+        return launch(parse_launch_args(argv), config=path)
 
 
 def run_training(config: RunConfig, dry_run: bool = False) -> RunRecord:

@@ -21,10 +21,11 @@ import secrets
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from dtpo.core.errors import DtpoError
 from dtpo.core.measurement import Measurement, measurement_or_none
+from dtpo.core.record_sections import KnobSection, SlackSection, Tuning, known_fields, tuning_from_dict
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,7 @@ class StepRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> StepRecord:
         """Inverse of ``dataclasses.asdict``; keys this class does not know go into ``unknown``."""
-        return cls(**_known(cls, data, unknown, where))
+        return cls(**known_fields(cls, data, unknown, where))
 
 
 @dataclass
@@ -95,13 +96,15 @@ class RankRecord:
         error: The exception that ended this rank early, if any.
         energy: This rank's devices, energy windows and run window (see ``dtpo.session.step_energy``);
             ``None`` when energy was not measured.
-        knobs: The GPU knobs requested for this rank and what became of them (``applied``, ``mode``,
-            ``gpus``, ``note``); ``None`` when none were requested.
+        knobs: The GPU knobs requested for this rank and what became of them; ``None`` when none were requested.
         switches: Settings changed between optimizer steps (``step``, ``setting``, ``value``), in order.
-        tuning: What the GPU-knob tuner tried and chose (its report, see ``dtpo.tune.tuner``); ``None``
-            without ``--tune``.
+        tuning: What the tuner tried and chose: a :class:`~dtpo.core.record_sections.PowerTuning` (GPU knobs) or
+            :class:`~dtpo.core.record_sections.JobTuning` (precision, accumulation, compression); ``None`` without
+            ``--tune``.
         slack: This rank's wait for the slowest rank, learned online window by window (see
             ``dtpo.session.slack``); ``None`` when not tracked.
+
+    The three sections may be given as their JSON dicts; they are converted.
         model: What the planner needs of the model: ``parameters`` (trainable, all ranks' shards together),
             ``gradient_bytes`` (of one full gradient as all-reduced), ``matrix_shapes`` (each trainable tensor's
             shape) and ``bucket_cap_bytes`` (DDP's bucket size, ``None`` without DDP).
@@ -120,21 +123,36 @@ class RankRecord:
     steps: list[StepRecord] = field(default_factory=list)
     error: str | None = None
     energy: dict[str, Any] | None = None
-    knobs: dict[str, Any] | None = None
+    knobs: KnobSection | None = None
     switches: list[dict[str, Any]] = field(default_factory=list)
-    tuning: dict[str, Any] | None = None
-    slack: dict[str, Any] | None = None
+    tuning: Tuning | None = None
+    slack: SlackSection | None = None
     model: dict[str, Any] | None = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     evaluation: dict[str, Any] | None = None
 
+    _SECTIONS: ClassVar[tuple[str, ...]] = ("knobs", "tuning", "slack")
+
     def __post_init__(self) -> None:
         self.peak_flops = measurement_or_none(self.peak_flops)
+        self._typed_sections(None, "")
+
+    def _typed_sections(self, unknown: dict[str, Any] | None, where: str) -> None:
+        """Sections given as their JSON dicts become their types."""
+        if isinstance(self.knobs, dict):
+            self.knobs = KnobSection.from_dict(self.knobs, unknown, f"{where}knobs.")
+        if isinstance(self.tuning, dict):
+            self.tuning = tuning_from_dict(self.tuning)
+        if isinstance(self.slack, dict):
+            self.slack = SlackSection.from_dict(self.slack, unknown, f"{where}slack.")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "peak_flops")}
         out["peak_flops"] = self.peak_flops.to_dict() if self.peak_flops is not None else None
+        for name in self._SECTIONS:
+            section = getattr(self, name)
+            out[name] = section.to_dict() if section is not None else None
         out["steps"] = [asdict(s) for s in self.steps]
         if not self.checkpoints:  # records of runs without checkpoints stay as they were
             del out["checkpoints"]
@@ -152,7 +170,11 @@ class RankRecord:
         data = dict(data)
         data["steps"] = [StepRecord.from_dict(s, collect, f"{where}steps[{i}].")
                          for i, s in enumerate(data.get("steps", []))]
-        rank = cls(**_known(cls, data, collect, where))
+        sections = {name: data.pop(name) for name in cls._SECTIONS if name in data}
+        rank = cls(**known_fields(cls, data, collect, where))
+        for name, section in sections.items():
+            setattr(rank, name, section)
+        rank._typed_sections(collect, where)
         if unknown is None:
             _warn_unknown(collect, "rank record")
         return rank
@@ -215,7 +237,7 @@ class Restart:
     @classmethod
     def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> Restart:
         """Inverse of :meth:`to_dict`; keys this class does not know go into ``unknown``."""
-        return cls(**_known(cls, data, unknown, where))
+        return cls(**known_fields(cls, data, unknown, where))
 
 
 @dataclass
@@ -268,7 +290,7 @@ class EnergyTotals:
                   where: str = "energy.") -> EnergyTotals:
         """Inverse of :meth:`to_dict`; keys this class does not know go into ``unknown``."""
         collect = unknown if unknown is not None else {}
-        known = _known(cls, data, collect, where)
+        known = known_fields(cls, data, collect, where)
         for name in cls._FIGURES:
             if name in known:
                 known[name] = _measurement(known[name], collect, f"{where}{name}.")
@@ -382,7 +404,7 @@ class RunRecord:
             if schema != SCHEMA:
                 logger.debug("%s: converted from %s to %s", source, schema, SCHEMA)
                 data["schema"] = SCHEMA
-            record = cls(**_known(cls, data, unknown, ""), unknown=unknown)
+            record = cls(**known_fields(cls, data, unknown, ""), unknown=unknown)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:
             raise DtpoError(f"{source} is not a valid run record ({type(exc).__name__}: {exc})") from None
         _warn_unknown({k: v for k, v in unknown.items() if k not in reported}, source)
@@ -486,18 +508,6 @@ def load_partial_records(run_dir: str | os.PathLike[str], attempt: int | None = 
             logger.warning("partial record %s is unreadable; skipped", path)
             continue
     return found
-
-
-def _known(cls: type, data: dict[str, Any], unknown: dict[str, Any] | None, where: str) -> dict[str, Any]:
-    """The items of ``data`` that are fields of ``cls``; the others go into ``unknown`` under ``where + key``."""
-    names = {f.name for f in fields(cls)}
-    out = {}
-    for key, value in data.items():
-        if key in names:
-            out[key] = value
-        elif unknown is not None:
-            unknown[f"{where}{key}"] = value
-    return out
 
 
 def _measurement(data: Any, unknown: dict[str, Any], where: str) -> Measurement | None:

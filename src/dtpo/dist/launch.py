@@ -37,6 +37,7 @@ from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 from dtpo.core.config import BACKENDS
 from dtpo.core.errors import LaunchError, first_line, signal_name
 from dtpo.core.files import is_writable_dir
+from dtpo.core.launch_contract import LaunchContract
 from dtpo.dist.run_dir import LAUNCHER_LOG, is_empty_run, prepare_run_dir, remove_empty_run
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,6 @@ log = logging.getLogger(__name__)
 DEFAULT_RDZV_TIMEOUT_S = 300.0
 MAX_RDZV_TIMEOUT_S = 30 * 24 * 3600.0
 DEFAULT_RUN_ROOT = Path("runs")
-# Environment the launcher gives the workers (the Session reads them).
-RUN_DIR_ENV = "DTPO_RUN_DIR"
-RUN_ROOT_ENV = "DTPO_RUN_ROOT"
-RUN_POINTER_ENV = "DTPO_RUN_POINTER"
 # torchelastic's agent shares its rendezvous TCPStore with the workers, and that store outlives a restart: the
 # workers of the next attempt read the previous attempt's keys under the same "default_pg" prefix (gloo's peer
 # addresses, NCCL's unique id) and connect to ports of dead processes ("Gloo connectFullMesh failed ...
@@ -134,16 +131,19 @@ class LaunchOutcome:
         return self.signal is not None
 
 
-def launch(args: argparse.Namespace) -> LaunchOutcome:
+def launch(args: argparse.Namespace, config: Path | None = None) -> LaunchOutcome:
     """Start the workers of this node and wait for them.
 
     Args:
         args: Parsed by :func:`parse_launch_args`.
+        config: The run's configuration file the workers read (``dtpo train``); ``None`` passes on the one the
+            environment names, if any.
 
     Returns:
         The outcome, also for failed and interrupted runs. Rendezvous failures and a bad ``--run-dir``
         raise :class:`LaunchError` / :class:`~dtpo.core.errors.ConfigError` instead.
     """
+    inherited = LaunchContract.from_environ()
     agree = _workers_choose_run_dir(args)
     scratch: Path | None = None
     existed = False
@@ -152,8 +152,7 @@ def launch(args: argparse.Namespace) -> LaunchOutcome:
         root = _prepare_root(DEFAULT_RUN_ROOT)
         scratch = Path(tempfile.mkdtemp(prefix="dtpo-launch-"))
         pointer = scratch / "run-dir"
-        env: dict[str, str | None] = {RUN_DIR_ENV: None, "DTPO_RUN_ID": None, RUN_ROOT_ENV: str(root),
-                                      RUN_POINTER_ENV: str(pointer)}
+        where = {"run_root": root, "run_pointer": pointer}
         log_path = scratch / LAUNCHER_LOG
         before = _subdirs(root)
         run_dir: Path | None = None
@@ -161,13 +160,13 @@ def launch(args: argparse.Namespace) -> LaunchOutcome:
         named = args.run_dir if args.run_dir is not None else _shared_run_dir(args)
         existed = named is not None and Path(named).expanduser().exists()
         run_dir = prepare_run_dir(named, overwrite=args.overwrite, default_root=DEFAULT_RUN_ROOT)
-        env = {RUN_DIR_ENV: str(run_dir), "DTPO_RUN_ID": run_dir.name, RUN_ROOT_ENV: None, RUN_POINTER_ENV: None}
+        where = {"run_dir": run_dir}
         log_path = run_dir / LAUNCHER_LOG
-    env["DTPO_LAUNCHED"] = "1"
+    contract = LaunchContract(config=config or inherited.config, launched=True,
+                              backend=args.backend or inherited.backend, **where)
+    env = contract.to_environ()
     if _restarts_possible(args) and SHARED_STORE_ENV not in os.environ:
         env[SHARED_STORE_ENV] = "1"
-    if args.backend:
-        env["DTPO_BACKEND"] = args.backend
     _apply_rdzv_timeout(args)
     endpoint = torchrun.get_rdzv_endpoint(args) if not args.standalone else "localhost:0"
     watcher = _AgentWatcher()
@@ -360,7 +359,7 @@ def _subdirs(root: Path) -> set[str]:
 
 
 def _agreed_run_dir(pointer: Path, root: Path, before: set[str]) -> Path | None:
-    """The directory the workers of this node agreed on: the path they wrote to ``$DTPO_RUN_POINTER``, else
+    """The directory the workers of this node agreed on: the path they wrote to the contract's ``run_pointer``, else
     the one new directory under the root (``None`` when there is no single one: nothing was recorded)."""
     with contextlib.suppress(OSError):
         text = pointer.read_text().strip()

@@ -12,11 +12,13 @@ import torch.distributed as dist
 
 from dtpo.core.config import BACKENDS
 from dtpo.core.errors import ConfigError
+from dtpo.core.launch_contract import LaunchContract
 
 
 def default_backend(device: torch.device) -> str:
-    """The collective backend for a device: ``nccl`` on CUDA, ``gloo`` on CPU; ``DTPO_BACKEND`` overrides."""
-    chosen = os.environ.get("DTPO_BACKEND") or ("nccl" if device.type == "cuda" else "gloo")
+    """The collective backend for a device: ``nccl`` on CUDA, ``gloo`` on CPU; the launch contract's ``backend``
+    overrides."""
+    chosen = LaunchContract.from_environ().backend or ("nccl" if device.type == "cuda" else "gloo")
     if chosen not in BACKENDS:
         raise ConfigError(f"unknown backend {chosen!r} (choose from: {', '.join(BACKENDS)})")
     return chosen

@@ -10,8 +10,8 @@ reuses the group as it finds it); restarts (:class:`~ray.train.FailureConfig`, `
 
 What dtpo adds around it, so a Ray run ends with the same record, summary and report as a torchrun run:
 
-* The driver (the ``dtpo train`` process) plays the launcher's part: the workers get ``DTPO_LAUNCHED=1`` and the
-  run directory, and :func:`launch_on_ray` returns the :class:`~dtpo.dist.launch.LaunchOutcome` that
+* The driver (the ``dtpo train`` process) plays the launcher's part: the workers get its launch contract (launched, the
+  run directory), and :func:`launch_on_ray` returns the :class:`~dtpo.dist.launch.LaunchOutcome` that
   ``dtpo.cli.conclude.conclude_run`` turns into the record, summary, report and traces.
 * Attempts: Ray's context has no restart count, so rank 0 of each attempt counts it in ``RUN_DIR/ray/attempt``
   (attempts follow one another, never overlap) and every rank gets it as ``TORCHELASTIC_RESTART_COUNT``, which
@@ -51,6 +51,7 @@ import torch.distributed as dist
 
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError, LaunchError, first_line, signal_name
+from dtpo.core.launch_contract import ENVIRON_NAMES, LaunchContract
 from dtpo.dist.launch import LaunchOutcome, _stderr_to, worker_environment
 from dtpo.dist.ray_failures import describe_worker_failures
 from dtpo.dist.run_dir import LAUNCHER_LOG, holds_record
@@ -193,6 +194,14 @@ class RayWorker:
         return int(value.item())
 
 
+def worker_environ(contract: LaunchContract) -> dict[str, str]:
+    """The environment a Ray worker gets from the driver (it inherits none): the driver's own ``DTPO_*`` user
+    settings (``DTPO_STATE_DIR``, ``DTPO_STORE``, ...), as torchrun's workers have them, and the contract."""
+    env = {key: value for key, value in os.environ.items() if key.startswith("DTPO_") and key not in ENVIRON_NAMES}
+    env.update((key, value) for key, value in contract.to_environ().items() if value is not None)
+    return env
+
+
 def join_ray_worker(env: dict[str, str], run_dir: str | os.PathLike[str]) -> RayWorker:
     """Set up a Ray worker for the Session: the driver's environment (``DTPO_LAUNCHED``, the run directory, ...),
     the attempt number (``TORCHELASTIC_RESTART_COUNT``) and the node count (``GROUP_WORLD_SIZE``), agreed with one
@@ -220,7 +229,6 @@ def join_ray_worker(env: dict[str, str], run_dir: str | os.PathLike[str]) -> Ray
         nnodes = node + 1
     os.environ["TORCHELASTIC_RESTART_COUNT"] = str(attempt)
     os.environ["GROUP_WORLD_SIZE"] = str(nnodes)
-    os.environ["DTPO_LAUNCHER"] = LAUNCHER_NAME
     return RayWorker(rank, attempt, nnodes, Path(run_dir), device)
 
 
@@ -317,13 +325,9 @@ def launch_on_ray(train_fn: Callable[[dict[str, Any]], None], config: RunConfig,
     use_gpu = torch.cuda.is_available() and launch.backend != "gloo"
     folder = run_dir / RAY_DIR
     _fresh_bookkeeping(run_dir, folder)
-    env = {key: value for key, value in os.environ.items() if key.startswith("DTPO_")}  # as torchrun's workers
-    env.update({"DTPO_CONFIG": str(config_path), "DTPO_RUN_DIR": str(run_dir), "DTPO_RUN_ID": run_dir.name,
-                "DTPO_LAUNCHED": "1", "OMP_NUM_THREADS": str(threads)})
-    for key in ("DTPO_RUN_ROOT", "DTPO_RUN_POINTER"):  # the run directory is named: nothing to agree on
-        env.pop(key, None)
-    if launch.backend:
-        env["DTPO_BACKEND"] = launch.backend
+    env = worker_environ(LaunchContract(config=config_path, launched=True, launcher=LAUNCHER_NAME, run_dir=run_dir,
+                                        backend=launch.backend or LaunchContract.from_environ().backend))
+    env["OMP_NUM_THREADS"] = str(threads)
     trainer = TorchTrainer(
         train_fn,
         train_loop_config={"config": str(config_path), "run_dir": str(run_dir), "env": env},

@@ -21,6 +21,7 @@ import dtpo
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError, DtpoError
+from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
 from dtpo.examples import get_workload, with_workload_defaults
 from dtpo.examples.evaluation import evaluate
@@ -34,7 +35,7 @@ def load_config(argv: list[str]) -> RunConfig:
     if len(argv) > 1:
         raise ConfigError(f"dtpo.examples.train takes one configuration file, got {len(argv)} arguments: "
                           f"{' '.join(argv)}")
-    path = argv[0] if argv else os.environ.get("DTPO_CONFIG")
+    path = argv[0] if argv else LaunchContract.from_environ().config
     return RunConfig.load(path) if path else RunConfig()
 
 

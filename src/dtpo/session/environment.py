@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from dtpo.core.launch_contract import LaunchContract
 from dtpo.dist.process_group import DistContext
 from dtpo.session.mfu import cpu_model
 
@@ -22,6 +23,7 @@ def describe_device(device: torch.device) -> str:
 
 def environment(ctx: DistContext) -> dict[str, Any]:
     """The run's environment as seen from this rank."""
+    contract = LaunchContract.from_environ()
     env: dict[str, Any] = {
         "python": sys.version.split()[0],
         "torch": torch.__version__,
@@ -34,8 +36,8 @@ def environment(ctx: DistContext) -> dict[str, Any]:
         "world_size": ctx.world_size,
         "local_world_size": ctx.local_world_size,
         "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", 1)) if ctx.distributed else 1,
-        "launcher": os.environ.get("DTPO_LAUNCHER") or ("dtpo launch" if os.environ.get("DTPO_LAUNCHED") else (
-            "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python")),  # DTPO_LAUNCHER: "ray" (Ray Train)
+        "launcher": contract.launcher or ("dtpo launch" if contract.launched else (
+            "torchrun" if "TORCHELASTIC_RUN_ID" in os.environ else "python")),  # "ray": Ray Train
     }
     if ctx.device.type == "cuda":
         env["cuda"] = torch.version.cuda

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import KnobConfig
+from dtpo.core.record_sections import KnobSection
+from dtpo.core.tuner_status import ClockLock
 from dtpo.devices.base import Device, DeviceError, KnobError
 from dtpo.devices.knobs import KnobController, log_knob_action
 
@@ -81,17 +84,26 @@ class KnobCallback(Callback):
         """Put the GPUs' original settings back and say in the record what was (not) applied."""
         controller = self.controller
         self.restore()
-        requested = {"power_limit_w": self.config.power_limit_w, "sm_clock_mhz": self.config.sm_clock_mhz}
+        requested = KnobSection(self.config.power_limit_w, self.config.sm_clock_mhz)
         if not self.gpus:
-            rank_record.knobs = {**requested, "applied": False, "mode": self.config.mode, "gpus": [],
-                                 "note": "no GPU with power knobs on this rank: nothing was applied"}
+            rank_record.knobs = replace(requested, applied=False, mode=self.config.mode, gpus=[],
+                                        note="no GPU with power knobs on this rank: nothing was applied")
             return
         mode = controller.mode if controller is not None else self.config.mode
-        rank_record.knobs = {**requested, "applied": mode == "apply", "mode": mode,
-                             "gpus": [gpu.info.name for gpu in self.gpus],
-                             "note": {"apply": "set for the run and restored at its end",
-                                      "dry-run": "dry run: logged, not applied",
-                                      "observe": "observe: not applied"}.get(mode, "")}
+        rank_record.knobs = replace(requested, applied=mode == "apply", mode=mode,
+                                    gpus=[gpu.info.name for gpu in self.gpus],
+                                    note={"apply": "set for the run and restored at its end",
+                                          "dry-run": "dry run: logged, not applied",
+                                          "observe": "observe: not applied"}.get(mode, ""))
+
+    def tuner_state(self) -> None:
+        """Fixed knobs: no tuner."""
+        return None
+
+    def clock_lock(self) -> ClockLock | None:
+        """The configured SM clock, once applied."""
+        applying = self.controller is not None and self.controller.mode == "apply"
+        return ClockLock(float(self.config.sm_clock_mhz)) if self.config.sm_clock_mhz is not None and applying else None
 
     def restore(self) -> None:
         """Restore now (idempotent)."""

@@ -32,6 +32,8 @@ import torch.distributed as dist
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import PRECISIONS, TuneConfig
 from dtpo.core.errors import ConfigError
+from dtpo.core.record_sections import JobTuning
+from dtpo.core.tuner_status import TunerState
 from dtpo.session.precision import Precision
 from dtpo.session.probe import ProbeRequest, ProbeResult
 from dtpo.tune.cost import CostContext, parse_cost
@@ -440,12 +442,23 @@ class JobTuneCallback(Callback):
 
     # -- end -----------------------------------------------------------------------------------------------------
 
+    def tuner_state(self) -> TunerState:
+        """``wait`` before the first measured step, else the phase and the knob being searched."""
+        tuner = self.tuner
+        if tuner is None:
+            return TunerState("job", "wait")
+        knob = tuner.current_knob
+        return TunerState("job", f"{tuner.phase.value}:{knob}" if knob else tuner.phase.value)
+
+    def clock_lock(self) -> None:
+        """Job knobs leave the SM clock alone."""
+        return None
+
     def on_rank_end(self, session: Any, rank_record: Any) -> None:
         """Put what was tried, what the guard said and the choice in this rank's record."""
-        base = {"knob": self.config.knob, "kind": "job", "metric": self.metric.name, "applied": True,
-                "screened": dict(self.screened)}
+        section = JobTuning(self.config.knob, self.metric.name, screened=dict(self.screened))
         if self.tuner is None:
-            rank_record.tuning = {**base, "note": "training ended before the tuner had measured a step"}
+            rank_record.tuning = replace(section, note="training ended before the tuner had measured a step")
             return
         report = self.tuner.report()
         for row in report["settings"]:
@@ -464,7 +477,7 @@ class JobTuneCallback(Callback):
         report["trajectory"] = self.trajectory
         if self.resumed is not None:
             report["resumed"] = self.resumed
-        rank_record.tuning = {**base, **report}
+        rank_record.tuning = replace(section, report=report)
 
 
 def _in_force(session: Any) -> JobSetting:

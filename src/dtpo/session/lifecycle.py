@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from dtpo.core.errors import ConfigError, signal_name
 from dtpo.core.files import is_writable_dir
+from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, new_run_id, rank_record_path, write_json_atomic
 from dtpo.core.totals import finalize
 from dtpo.dist.parent_death import end_with_parent
@@ -70,14 +71,15 @@ def describe(error: BaseException) -> str:
 
 
 def agree_on_run_dir(ctx: DistContext, run_dir: str | os.PathLike[str] | None) -> Path:
-    """The run directory every rank writes into: the one given, ``$DTPO_RUN_DIR``, else rank 0's choice
-    under ``$DTPO_RUN_ROOT`` (or ``runs/``), broadcast to all ranks."""
-    chosen = run_dir or os.environ.get("DTPO_RUN_DIR")
+    """The run directory every rank writes into: the one given, the launch contract's ``run_dir``, else rank 0's
+    choice under its ``run_root`` (or ``runs/``), broadcast to all ranks."""
+    contract = LaunchContract.from_environ()
+    chosen = run_dir or contract.run_dir
     if chosen is None:
         name = [new_run_id()]
         if ctx.distributed:
             dist.broadcast_object_list(name, src=0)
-        chosen = Path(os.environ.get("DTPO_RUN_ROOT") or "runs") / name[0]
+        chosen = (contract.run_root or Path("runs")) / name[0]
     path = Path(chosen).resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -85,7 +87,7 @@ def agree_on_run_dir(ctx: DistContext, run_dir: str | os.PathLike[str] | None) -
         raise ConfigError(f"cannot create the run directory {path}: {exc.strerror or exc}") from None
     if not is_writable_dir(path):
         raise ConfigError(f"the run directory {path} is not writable")
-    pointer = os.environ.get("DTPO_RUN_POINTER")
+    pointer = contract.run_pointer
     if pointer and ctx.local_rank == 0:  # tells this node's launcher which directory the ranks agreed on
         with contextlib.suppress(OSError):
             Path(pointer).write_text(str(path))
@@ -148,7 +150,7 @@ class RunLifecycle:
             raise Interrupted(signum)
 
         signal.signal(signal.SIGTERM, on_term)
-        if os.environ.get("DTPO_LAUNCHED"):  # a launcher killed outright sends this worker SIGTERM, not silence
+        if LaunchContract.from_environ().launched:  # a launcher killed outright sends this worker SIGTERM, not silence
             end_with_parent(signal.SIGTERM)
 
     def finish(self, error: BaseException | None) -> RunRecord | None:

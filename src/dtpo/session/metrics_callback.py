@@ -8,8 +8,10 @@ the start of training until the run's record is written. The metrics are listed 
 Per optimizer step the callback writes three values (step time, steps, samples) and adds the step's parts to
 sums kept in Python; everything else is written once per window: throughput, the shares of the step, sync
 wait, energy and power per device, and, for NVIDIA GPUs, their power, clock and limit read through NVML under
-dcgm-exporter's names, with the knobs in force and the tuners' states. It comes after the energy callback and
-the tuners, so a window's energy and the tuners' decisions are in. Metrics never stop training: a failure
+dcgm-exporter's names, with the knobs in force and the tuners' states. Tuners and knob holders are found by what
+they implement (:class:`~dtpo.core.tuner_status.TunerStatus`, :class:`~dtpo.core.tuner_status.SlackStatus`),
+not by their class. It comes after the energy callback and the tuners, so a window's energy and the tuners'
+decisions are in. Metrics never stop training: a failure
 logs one warning and the run goes on without them.
 """
 
@@ -20,12 +22,8 @@ from typing import Any
 
 from dtpo.core.callbacks import Callback, Window
 from dtpo.core.config import parse_metrics_addr
+from dtpo.core.tuner_status import SlackStatus, TunerStatus
 from dtpo.devices.base import Device, DeviceError
-from dtpo.session.gpu_knobs import KnobCallback
-from dtpo.session.job_tuning import JobTuneCallback
-from dtpo.session.power_tuning import TuneCallback
-from dtpo.session.slack import SlackCallback
-from dtpo.session.straggler_tuning import StragglerCallback
 from dtpo.telemetry.metrics import RankMetrics
 from dtpo.telemetry.metrics_server import MetricsServer, bind_error, metrics_dir, prepare_metrics_dir
 
@@ -53,7 +51,7 @@ class MetricsCallback(Callback):
         self._tail_steps = self._steps = 0
         self._devices: dict[str, Device] = {}
         self._gpus: list[Device] = []
-        self._slack: SlackCallback | None = None
+        self._slack: SlackStatus | None = None
         self._slack_index = -1
 
     # -- start ---------------------------------------------------------------------------------------------
@@ -79,7 +77,7 @@ class MetricsCallback(Callback):
             self._devices = {d.info.name: d for d in session.energy.discovery.devices}
             metrics.set("dtpo_estimated", float(session.energy.discovery.estimated))
         self._gpus = _nvml_gpus(session)
-        self._slack = next((cb for cb in session.callbacks if isinstance(cb, SlackCallback)), None)
+        self._slack = next((cb for cb in session.callbacks if isinstance(cb, SlackStatus)), None)
         self._settings(session, {name: switch.value for name, switch in session.switches.items()})
         self._tuners(session)
         if ctx.local_rank == 0:
@@ -137,11 +135,10 @@ class MetricsCallback(Callback):
             for part in PARTS:
                 if part != "tail" or (tail_steps and tail_steps == steps):
                     metrics.set("dtpo_step_share", sums[part] / sums["step"], part)
-        slack = self._slack
-        if slack is not None and slack.history:
-            latest = slack.history[-1]
-            if latest.index != self._slack_index and session.rank < len(latest.wait_s):
-                self._slack_index = latest.index
+        latest = self._slack.latest_slack() if self._slack is not None else None
+        if latest is not None:
+            if latest.window != self._slack_index and session.rank < len(latest.wait_s):
+                self._slack_index = latest.window
                 metrics.set("dtpo_sync_wait_seconds", latest.wait_s[session.rank], "slack")
         elif tail_steps:
             metrics.set("dtpo_sync_wait_seconds", sums["tail"] / tail_steps, "tail")
@@ -203,11 +200,11 @@ class MetricsCallback(Callback):
         metrics = self.metrics
         assert metrics is not None
         found = False
-        for callback in session.callbacks:
-            state = _tuner_state(callback)
+        for callback in _tuners(session.callbacks):
+            state = callback.tuner_state()
             if state is not None:
                 found = True
-                metrics.choose("dtpo_tuner_state", (state[0],), (state[1],))
+                metrics.choose("dtpo_tuner_state", (state.tuner,), (state.state,))
         if not found:
             metrics.choose("dtpo_tuner_state", ("none",), ("off",))
 
@@ -248,32 +245,16 @@ def _nvml_gpus(session: Any) -> list[Device]:
     return gpus
 
 
+def _tuners(callbacks: list[Any]) -> list[TunerStatus]:
+    """The callbacks that hold or tune knobs, in the Session's order."""
+    return [callback for callback in callbacks if isinstance(callback, TunerStatus)]
+
+
 def _locked_sm_clock(callbacks: list[Any]) -> float | None:
-    """The SM clock a knob callback or tuner locked and applied (0: clocks float again), or ``None``."""
-    for callback in callbacks:
-        controller = getattr(callback, "controller", None)
-        applying = controller is not None and getattr(controller, "mode", None) == "apply"
-        if isinstance(callback, StragglerCallback) and callback.policy is not None:
-            return float(callback.lock or 0.0) if applying else None
-        if isinstance(callback, TuneCallback) and callback.applied is not None and applying:
-            return float(callback.applied.sm_clock_mhz or 0.0)
-        if isinstance(callback, KnobCallback) and callback.config.sm_clock_mhz is not None and applying:
-            return float(callback.config.sm_clock_mhz)
-    return None
-
-
-def _tuner_state(callback: Any) -> tuple[str, str] | None:
-    """``(tuner, state)`` of a tuning callback, ``None`` for other callbacks."""
-    if isinstance(callback, TuneCallback):
-        return "power", callback.tuner.phase.value if callback.tuner is not None else "off"
-    if isinstance(callback, JobTuneCallback):
-        tuner = callback.tuner
-        if tuner is None:
-            return "job", "wait"
-        knob = tuner.current_knob
-        return "job", f"{tuner.phase.value}:{knob}" if knob else tuner.phase.value
-    if isinstance(callback, StragglerCallback):
-        if callback.policy is None:
-            return "stragglers", "off"
-        return "stragglers", "slowed" if callback.lock is not None else "free"
+    """The SM clock the first knob callback or tuner with a say on it locked and applied (0: clocks float again),
+    or ``None``."""
+    for callback in _tuners(callbacks):
+        lock = callback.clock_lock()
+        if lock is not None:
+            return lock.mhz
     return None

@@ -29,6 +29,8 @@ import torch.distributed as dist
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import TuneConfig
+from dtpo.core.record_sections import PowerTuning
+from dtpo.core.tuner_status import ClockLock, TunerState
 from dtpo.devices.base import Device, KnobError, KnobLimits
 from dtpo.devices.knobs import KnobController, log_knob_action
 from dtpo.tune.cost import CostContext, parse_cost
@@ -295,23 +297,32 @@ class TuneCallback(Callback):
 
     # -- end ---------------------------------------------------------------------------------------------------
 
+    def tuner_state(self) -> TunerState:
+        """The power tuner's phase (``off`` before it is built or without GPUs): :class:`TunerStatus`."""
+        return TunerState("power", self.tuner.phase.value if self.tuner is not None else "off")
+
+    def clock_lock(self) -> ClockLock | None:
+        """The SM clock of the setting applied, once applied (not in dry-run or observe mode)."""
+        applying = self.controller is not None and self.controller.mode == "apply"
+        if self.applied is None or not applying:
+            return None
+        return ClockLock(float(self.applied.sm_clock_mhz or 0.0))
+
     def on_rank_end(self, session: Any, rank_record: Any) -> None:
         """Restore the GPUs, then put the tuning report in this rank's record."""
         self.restore()
         if self.tuner is None:
-            rank_record.tuning = {"knob": self.config.knob, "metric": self.metric.name, "applied": False,
-                                  "note": "no GPU with power knobs on this rank: nothing was tuned"}
+            rank_record.tuning = PowerTuning(self.config.knob, self.metric.name, applied=False,
+                                             note="no GPU with power knobs on this rank: nothing was tuned")
             return
         remaining = None
         if session.target_steps is not None and self.tuner.holding and self.tuner.steps:
             samples_per_step = sum(seg.samples for seg in self.tuner.segments) / self.tuner.steps
             remaining = int(max(session.target_steps - self.tuner.profiling_steps, 0) * samples_per_step)
         report = self.tuner.report(remaining)
-        report.update({"knob": self.config.knob, "mode": self.mode, "source": self.source, "note": self.note,
-                       "applied": self.source == "measured", "profile": self.profile})
-        if self._model_result is not None:
-            report["model"] = self._model_result
-        rank_record.tuning = report
+        rank_record.tuning = PowerTuning(self.config.knob, report["metric"], applied=self.source == "measured",
+                                         note=self.note, mode=self.mode, source=self.source, profile=self.profile,
+                                         model=self._model_result, report=report)
 
     def restore(self) -> None:
         """Put the GPUs' original settings back (idempotent)."""

@@ -45,6 +45,7 @@ from dtpo.core.config import (
     TuneConfig,
 )
 from dtpo.core.errors import ConfigError
+from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, StepRecord
 from dtpo.devices.discovery import discover
@@ -144,7 +145,7 @@ class Session(ProbeSteps, Switches):
         self.timer = StepTimer(self._clock, self.comm, tail_measured=cfg.strategy == "ddp",
                                distributed=self.ctx.distributed)
         self.run_dir = agree_on_run_dir(self.ctx, run_dir)
-        self._print_summary = summary and not os.environ.get("DTPO_LAUNCHED")
+        self._print_summary = summary and not LaunchContract.from_environ().launched
         record_config = run_config.to_dict()
         record_config["launch"]["run_dir"] = str(self.run_dir)
         record_config["world_size"] = self.ctx.world_size
@@ -177,7 +178,7 @@ class Session(ProbeSteps, Switches):
         self.energy: EnergyCallback | None = None
         self.callbacks: list[Callback] = self._builtin_callbacks(run_config, progress) + list(callbacks)
         self.callbacks.append(FlushCallback(cfg.flush_every, cfg.warmup_steps))
-        if not os.environ.get("DTPO_LAUNCHED"):  # under dtpo launch, the launcher writes them once final
+        if not LaunchContract.from_environ().launched:  # under dtpo launch, the launcher writes them once final
             self.callbacks.append(ArtifactsCallback())
         self._listeners: dict[str, list[Any]] = {}
         self._listeners_of: list[Callback] | None = None

@@ -27,7 +27,9 @@ import torch
 import torch.distributed as dist
 
 from dtpo.core.callbacks import Callback, Window
+from dtpo.core.record_sections import SlackSection
 from dtpo.core.totals import ready_s, sync_waits
+from dtpo.core.tuner_status import SlackReading
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,11 @@ class SlackCallback(Callback):
         """The newest window's slack, or ``None`` before the first full window."""
         return self.history[-1] if self.history else None
 
+    def latest_slack(self) -> SlackReading | None:
+        """The latest window's waits for :class:`~dtpo.core.tuner_status.SlackStatus`, ``None`` before the first."""
+        latest = self.latest
+        return None if latest is None else SlackReading(latest.index, latest.wait_s)
+
     def trend_s(self, rank: int, windows: int = 3) -> float | None:
         """How much ``rank``'s wait per step changed per window over the last ``windows`` windows."""
         recent = self.history[-windows:]
@@ -132,13 +139,13 @@ class SlackCallback(Callback):
         rank = session.rank
         steps = sum(w.steps for w in self.history)
         critical = Counter(w.critical_rank for w in self.history)
-        rank_record.slack = {
-            "windows": len(self.history), "steps": steps,
-            "wait_s_per_step": sum(w.wait_s[rank] * w.steps for w in self.history) / steps,
-            "wait_share": sum(w.wait_share[rank] * w.steps for w in self.history) / steps,
-            "critical_ranks": {str(r): n for r, n in sorted(critical.items())},
-            "note": "learned online, one all-gather per window; the breakdown's sync_wait_s is computed at the end",
-        }
+        rank_record.slack = SlackSection(
+            windows=len(self.history), steps=steps,
+            wait_s_per_step=sum(w.wait_s[rank] * w.steps for w in self.history) / steps,
+            wait_share=sum(w.wait_share[rank] * w.steps for w in self.history) / steps,
+            critical_ranks={str(r): n for r, n in sorted(critical.items())},
+            note="learned online, one all-gather per window; the breakdown's sync_wait_s is computed at the end",
+        )
 
 
 def _summarise(window: Window, table: torch.Tensor) -> SlackWindow:

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from dtpo.core.tuner_status import ClockLock, TunerState
 from dtpo.devices.base import Device, DeviceError, KnobError
 from dtpo.devices.knobs import KnobController, log_knob_action
 from dtpo.session.slack import SlackCallback, SlackWindow
@@ -132,6 +134,19 @@ class StragglerCallback(SlackCallback):
         self.lock = clock
         return True
 
+    def tuner_state(self) -> TunerState:
+        """``off`` (not tuning on this rank), ``slowed`` (its clock locked lower) or ``free``."""
+        if self.policy is None:
+            return TunerState("stragglers", "off")
+        return TunerState("stragglers", "slowed" if self.lock is not None else "free")
+
+    def clock_lock(self) -> ClockLock | None:
+        """While tuning, the clock this rank holds (0: free), shown only when applied."""
+        if self.policy is None:
+            return None
+        applying = self.controller is not None and self.controller.mode == "apply"
+        return ClockLock(float(self.lock or 0.0) if applying else None)
+
     def on_rank_end(self, session: Any, rank_record: Any) -> None:
         """Restore the clocks, then add what was changed to this rank's slack record."""
         if self.controller is not None:
@@ -139,8 +154,8 @@ class StragglerCallback(SlackCallback):
             self.controller = None
         super().on_rank_end(session, rank_record)
         if rank_record.slack is not None:
-            rank_record.slack.update({"mode": self.mode, "clock_changes": self.changes,
-                                      "tuned": self.policy is not None})
+            rank_record.slack = replace(rank_record.slack, mode=self.mode, clock_changes=self.changes,
+                                        tuned=self.policy is not None)
 
 
 def _everyone(session: Any, mine: bool) -> bool:

@@ -9,11 +9,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from dtpo.core.record import RunRecord
+from dtpo.core.record_sections import JobTuning
 
 
-def job_report(record: RunRecord) -> dict[str, Any] | None:
-    """Rank 0's job-knob tuning report (every rank decides the same), or ``None``."""
-    return next((r.tuning for r in record.ranks if r.tuning and r.tuning.get("kind") == "job"), None)
+def job_report(record: RunRecord) -> JobTuning | None:
+    """Rank 0's job-knob tuning (every rank decides the same), or ``None``."""
+    return next((r.tuning for r in record.ranks if isinstance(r.tuning, JobTuning)), None)
 
 
 def setting_label(setting: dict[str, Any]) -> str:
@@ -26,12 +27,13 @@ def setting_label(setting: dict[str, Any]) -> str:
 
 def job_tuning_line(record: RunRecord, estimated: bool) -> str | None:
     """One line: the choice, toward what, after how many steps, and what it saves per sample."""
-    report = job_report(record)
-    if report is None:
+    job = job_report(record)
+    if job is None:
         return None
+    report = job.report or {}
     if report.get("choice") is None:
-        if report.get("note"):
-            return escape(f"--tune {report.get('knob')}: {report['note']}")
+        if job.note:
+            return escape(f"--tune {job.knob}: {job.note}")
         best = min(report.get("settings", []), key=lambda r: r["cost"], default=None)
         so_far = f"; the best so far was {setting_label(best)}" if best else ""
         return escape(f"still profiling when training ended ({report.get('steps')} steps tuned){so_far}: train "
@@ -39,7 +41,7 @@ def job_tuning_line(record: RunRecord, estimated: bool) -> str | None:
     rows = {setting_label(r): r for r in report.get("settings", [])}
     chosen = rows.get(setting_label(report["choice"]))
     default = rows.get(setting_label(report.get("default") or {}))
-    parts = [f"{setting_label(report['choice'])} for {report.get('metric_description') or report.get('metric')}",
+    parts = [f"{setting_label(report['choice'])} for {report.get('metric_description') or job.metric}",
              f"held from step {report.get('profiling_steps')}"]
     if chosen and default and default["energy_per_sample_j"] > 0 and chosen is not default:
         ratio = chosen["energy_per_sample_j"] / default["energy_per_sample_j"]
@@ -55,11 +57,12 @@ def job_tuning_line(record: RunRecord, estimated: bool) -> str | None:
 
 def job_tuning_table(record: RunRecord, estimated: bool) -> Table | None:
     """The candidates the tuner profiled or the guard refused, best cost first."""
-    report = job_report(record)
-    if report is None or not report.get("settings"):
+    job = job_report(record)
+    report = job.report if job is not None else None
+    if job is None or not report or not report.get("settings"):
         return None
     unit = " (est.)" if estimated else ""
-    table = Table(title=f"job knobs tuned for {report.get('metric_description') or report.get('metric')}")
+    table = Table(title=f"job knobs tuned for {report.get('metric_description') or job.metric}")
     for name, justify in (("setting", "left"), ("steps", "right"), ("samples/s", "right"),
                           (f"J/sample{unit}", "right"), ("comm share", "right"), ("guard", "left"),
                           ("outcome", "left")):
@@ -73,7 +76,7 @@ def job_tuning_table(record: RunRecord, estimated: bool) -> Table | None:
     for rej in report.get("rejected", []):
         table.add_row(escape(rej.get("label") or setting_label(rej)), "0", "-", "-", "-",
                       escape(_guard_text(rej)), "rejected before training")
-    for what, why in (report.get("screened") or {}).items():
+    for what, why in job.screened.items():
         table.add_row(escape(what), "0", "-", "-", "-", "-", escape(f"not searched: {why}"))
     return table
 

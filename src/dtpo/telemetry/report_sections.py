@@ -10,6 +10,7 @@ from typing import Any
 
 from dtpo.core.errors import first_line
 from dtpo.core.measurement import Measurement
+from dtpo.core.record_sections import PowerTuning
 from dtpo.telemetry.job_tuning import job_report, setting_label
 from dtpo.telemetry.report_curves import (
     bench_svg,
@@ -155,7 +156,7 @@ def _energy_part(page: Page, data: RunData, sid: str, level: int) -> list[Html]:
 
 def _tuning_part(page: Page, data: RunData, sid: str, level: int) -> list[Html]:
     record = data.record
-    gpu = next((r.tuning for r in record.ranks if r.tuning and r.tuning.get("kind") != "job"), None)
+    gpu = next((r.tuning for r in record.ranks if isinstance(r.tuning, PowerTuning)), None)
     job = job_report(record)
     slack = straggler_summary(record)
     if gpu is None and job is None and slack is None:
@@ -163,31 +164,31 @@ def _tuning_part(page: Page, data: RunData, sid: str, level: int) -> list[Html]:
     out = [page.heading(level, f"{sid}-tuning", "Tuning")]
     estimated = bool(record.energy is not None and record.energy.energy_j.estimated)
     if gpu is not None:
-        out.append(para(f"GPU knobs: {_plain(tuning_summary(record)) or gpu.get('note') or 'no choice was made'}"))
-        svg = power_tuning_svg(gpu)
+        out.append(para(f"GPU knobs: {_plain(tuning_summary(record)) or gpu.note or 'no choice was made'}"))
+        svg = power_tuning_svg(gpu.to_dict())
         if svg is not None:
             out.append(figure(f"{sid}-power-tuning", svg, "The GPU-knob tuner's cost per setting (bars: interval "
                               "of each estimate; star: the choice) and the setting it held over the tuned steps."))
     if job is not None:
-        choice = job.get("choice")
-        out.append(para(f"Job knobs ({job.get('knob')}): " + (f"chose {setting_label(choice)} for "
-                        f"{job.get('metric_description') or job.get('metric')}" if choice
-                        else job.get("note") or "no choice was made")))
-        svg = job_tuning_svg(job, estimated)
+        report = job.report or {}
+        choice = report.get("choice")
+        out.append(para(f"Job knobs ({job.knob}): " + (f"chose {setting_label(choice)} for "
+                        f"{report.get('metric_description') or job.metric}" if choice
+                        else job.note or "no choice was made")))
+        svg = job_tuning_svg(job.to_dict(), estimated)
         if svg is not None:
             out.append(figure(f"{sid}-job-tuning", svg, "The job-knob tuner's candidates against J/sample, as "
                               "profiled" + (" (energy estimated)" if estimated else "") + " (★ black edge: the "
                               "choice; red hatched: rejected by the convergence guard), and each measured block of "
                               "steps over the run, coloured by setting."))
-        screened = job.get("screened") or {}
-        if screened:
-            out.append(para("Not searched: " + "; ".join(f"{k} ({v})" for k, v in screened.items())))
+        if job.screened:
+            out.append(para("Not searched: " + "; ".join(f"{k} ({v})" for k, v in job.screened.items())))
     if slack is not None:
         out.append(para(f"Stragglers: {_plain(slack)}"))
         out.append(table(("rank", "wait per step", "share of step time", "clock changes"), [
-            (r.rank, f"{1e3 * r.slack.get('wait_s_per_step', 0.0):.2f} ms",
-             f"{100 * r.slack.get('wait_share', 0):.1f} %", len(r.slack.get("clock_changes") or []))
-            for r in record.ranks if r.slack]))
+            (r.rank, f"{1e3 * r.slack.wait_s_per_step:.2f} ms", f"{100 * r.slack.wait_share:.1f} %",
+             len(r.slack.clock_changes or []))
+            for r in record.ranks if r.slack is not None]))
     return out
 
 

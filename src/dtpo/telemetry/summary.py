@@ -11,6 +11,7 @@ from rich.table import Table
 
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import RunRecord
+from dtpo.core.record_sections import PowerTuning
 from dtpo.core.totals import energy_of_all_attempts, measured_steps
 from dtpo.telemetry.job_tuning import job_tuning_line, job_tuning_table
 
@@ -133,26 +134,27 @@ def knob_summary(record: RunRecord) -> str | None:
         return None
     first = per_rank[0]
     asked = ", ".join(part for part in (
-        f"power limit {first['power_limit_w']:g} W" if first.get("power_limit_w") is not None else "",
-        f"SM clock {first['sm_clock_mhz']} MHz" if first.get("sm_clock_mhz") is not None else "") if part)
-    notes = sorted({k.get("note", "") for k in per_rank})
+        f"power limit {first.power_limit_w:g} W" if first.power_limit_w is not None else "",
+        f"SM clock {first.sm_clock_mhz} MHz" if first.sm_clock_mhz is not None else "") if part)
+    notes = sorted({k.note for k in per_rank})
     return f"{asked}: {'; '.join(n for n in notes if n)}"
 
 
 def tuning_summary(record: RunRecord) -> str | None:
     """One line on what the GPU-knob tuner chose, what profiling cost and what the choice saves (rank 0's
     report: every rank decides the same); a model figure is labelled as one."""
-    report = next((r.tuning for r in record.ranks if r.tuning), None)
-    if not report or report.get("kind") == "job":
+    tuning = next((r.tuning for r in record.ranks if r.tuning is not None), None)
+    if not isinstance(tuning, PowerTuning):
         return None
-    if report.get("choice") is None and not report.get("model"):
-        return escape(f"--tune {report.get('knob')}: {report.get('note') or 'no choice was made'}")
-    metric = report.get("metric_description") or report.get("metric")
-    if report.get("source") == "model":
-        model = report.get("model") or {}
+    report = tuning.report or {}
+    if report.get("choice") is None and not tuning.model:
+        return escape(f"--tune {tuning.knob}: {tuning.note or 'no choice was made'}")
+    metric = report.get("metric_description") or tuning.metric
+    if tuning.source == "model":
+        model = tuning.model or {}
         choice = model.get("choice")
         label = _setting_label(choice) if choice else "nothing"
-        return escape(f"model figure, nothing changed ({report.get('mode')} mode): would choose {label} for {metric}")
+        return escape(f"model figure, nothing changed ({tuning.mode} mode): would choose {label} for {metric}")
     parts = [f"{_setting_label(report['choice'])} for {metric}"]
     cost = report.get("profiling_cost")
     if cost:
@@ -166,7 +168,7 @@ def tuning_summary(record: RunRecord) -> str | None:
     if refined:
         parts.append(f"near-tie with {_setting_label(refined['against'])} refined while training: "
                      f"{refined['outcome']}, {refined['steps_at_runner_up']:,} steps at the runner-up")
-    if (report.get("profile") or {}).get("loaded"):
+    if (tuning.profile or {}).get("loaded"):
         parts.append("from a saved profile")
     return escape("; ".join(parts))
 
@@ -178,13 +180,13 @@ def straggler_summary(record: RunRecord) -> str | None:
     if not slacks:
         return None
     first = next(iter(slacks.values()))
-    windows = max(first.get("windows", 0), 1)
+    windows = max(first.windows, 1)
     pace = ", ".join(f"rank {rank} in {100 * n / windows:.0f} % of windows"
-                     for rank, n in sorted(first.get("critical_ranks", {}).items(), key=lambda kv: -kv[1])[:3])
-    waits = [s["wait_share"] for s in slacks.values() if "wait_share" in s]
+                     for rank, n in sorted(first.critical_ranks.items(), key=lambda kv: -kv[1])[:3])
+    waits = [s.wait_share for s in slacks.values()]
     parts = [f"pace set by {pace}", f"ranks waited {100 * sum(waits) / len(waits):.1f} % of their step time"]
-    locked = {rank: s["clock_changes"][-1]["clock_mhz"] for rank, s in slacks.items() if s.get("clock_changes")}
-    if any(s.get("tuned") for s in slacks.values()):
+    locked = {rank: s.clock_changes[-1]["clock_mhz"] for rank, s in slacks.items() if s.clock_changes}
+    if any(s.tuned for s in slacks.values()):
         final = sorted(c for c in locked.values() if c is not None)
         parts.append(f"{len(final)} rank(s) ended locked lower ({final[0]:g}-{final[-1]:g} MHz)" if final
                      else "no rank ended locked")
