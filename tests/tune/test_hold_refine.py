@@ -67,7 +67,7 @@ def test_a_lasting_drift_while_refining_searches_again(monkeypatch: pytest.Monke
     tuner, job = refining_tuner(monkeypatch)
     job.scale = 1.3  # the job draws 30 % more from now on
     hold_blocks(tuner, job, 2)
-    assert tuner.retunes == 1 and not tuner.holding and tuner._refine is None
+    assert tuner.retunes == 1 and not tuner.holding and not tuner.hold.active
 
 
 def test_the_job_knob_tuner_holds_its_choice_without_refining(monkeypatch: pytest.MonkeyPatch) -> None:
