@@ -1,14 +1,19 @@
-"""The ``MaxSlowdown`` moves of the tuner's search (``dtpo.tune.bound_search``) on the made-up job: placing a
-setting between candidates towards the bound, interpolating the choice when the search ends, and checking an
-interpolated choice while it is held."""
+"""The ``MaxSlowdown`` search policy (``dtpo.tune.bound_search``): on the made-up job through a tuner, and alone on
+candidates and judgements: ruling out what is too slow, placing a setting between candidates towards the bound,
+interpolating the choice when the search ends, and checking an interpolated choice while it is held."""
 
 from __future__ import annotations
 
 import pytest
 from synthetic_tuning_job import BATCH, POWER_W, STEP_S, SyntheticJob, on_grid, run_until_hold, slowdown_tuner
 
+from dtpo.tune.bound_search import BoundPolicy
+from dtpo.tune.cost import MaxSlowdown
+from dtpo.tune.knob import power_limit_between
 from dtpo.tune.setting import GpuSetting
+from dtpo.tune.stats import Block, Estimate, SettingStats
 from dtpo.tune.tuner import TunerOptions
+from dtpo.tune.tuner_types import Candidate, Judgement, Room
 
 
 def test_a_slowdown_search_moves_its_choice_off_the_grid_towards_the_bound() -> None:
@@ -112,3 +117,87 @@ def test_a_setting_between_that_is_not_surely_fast_enough_is_not_chosen() -> Non
     run_until_hold(tuner, SyntheticJob(noise=0.01, seed=5))
     assert tuner.choice is not None and tuner.choice.power_limit_w >= 200.0
     assert on_grid(STEP_S, tuner.choice.power_limit_w) <= 1.078 * STEP_S[300.0]
+
+
+# -- the policy alone, without a tuner --------------------------------------------------------------------------
+
+
+def judged(times: list[float], steps: int = 12) -> tuple[list[Candidate], Judgement]:
+    """Candidates at 300, 250, 200 and 175 W, each measured for ``steps`` steps, at ``times`` (the default's 1.0)
+    and costs falling by 0.05 a setting."""
+    limits = [300.0, 250.0, 200.0, 175.0]
+    cands = [Candidate(i, SettingStats(GpuSetting(w), [Block(steps, steps, t * steps, 1.0)]), "measured")
+             for i, (w, t) in enumerate(zip(limits, times, strict=True))]
+    estimates = {i: Estimate(GpuSetting(w), steps, 1.0 - 0.05 * i, 0.001, t, 0.005, 1.0 - 0.05 * i)
+                 for i, (w, t) in enumerate(zip(limits, times, strict=True))}
+    return cands, Judgement(estimates, estimates[0], 2.0, cands[0], time_cv=0.01)
+
+
+def bound_policy(factor: float, options: TunerOptions | None = None, between: bool = True) -> BoundPolicy:
+    policy = BoundPolicy(MaxSlowdown(factor), options or TunerOptions())
+    policy.start_knob(power_limit_between if between else None)
+    return policy
+
+
+ROOM = Room(left=100, warmup=1, current=GpuSetting(200.0))
+
+
+def test_the_bound_policy_rules_out_what_is_clearly_too_slow_and_never_takes_a_quick_look() -> None:
+    policy = bound_policy(1.1, between=False)
+    assert not policy.quick_looks and not policy.refines_near_ties and policy.keeps_reference
+    cands, j = judged([1.0, 1.02, 1.06, 1.15])
+    assert policy.allowed(j.estimates[3], j.ref, j.z) is False and policy.allowed(j.estimates[2], j.ref, j.z)
+    step = policy.decide(cands, j, ROOM)
+    assert cands[3].status == "infeasible" and "allowed slowdown" in cands[3].reason
+    assert step.best is cands[2]  # the cheapest setting fast enough, though 175 W costs less
+    assert cands[0].status == "measured"  # the default is the reference: never dropped as costlier
+
+
+def test_an_open_verdict_sends_the_race_to_that_setting_or_the_default() -> None:
+    # 175 W takes exactly the allowed time: whether it is fast enough is open, and it is the cheapest; its time or
+    # the default's is measured next, for revisit_steps
+    policy = bound_policy(1.1, between=False)
+    cands, j = judged([1.0, 1.02, 1.06, 1.10])
+    step = policy.decide(cands, j, ROOM)
+    assert step.visit in (cands[3], cands[0]) and step.steps == TunerOptions().revisit_steps
+
+
+def test_the_race_places_one_setting_between_the_cheapest_allowed_and_the_too_slow_one_below() -> None:
+    policy = bound_policy(1.1)
+    cands, j = judged([1.0, 1.02, 1.06, 1.15])
+    step = policy.decide(cands, j, ROOM)
+    assert step.placed is not None and step.visit is None and step.steps == policy.fair_look
+    assert step.placed.chord.fast is cands[2] and step.placed.chord.slow is cands[3]
+    assert 175.0 < step.placed.setting.power_limit_w < 200.0
+    assert "towards the allowed slowdown" in step.placed.reason
+    assert policy.boundary_left == 0 and not policy.can_place  # one placement per knob (boundary_points=1)
+    assert policy.decide(*judged([1.0, 1.02, 1.06, 1.15]), ROOM).placed is None
+    without = bound_policy(1.1, between=False)  # a knob that cannot name settings between its candidates
+    assert without.decide(*judged([1.0, 1.02, 1.06, 1.15]), ROOM).placed is None
+    short = bound_policy(1.1)  # the budget would not pay for its fair look
+    assert short.decide(*judged([1.0, 1.02, 1.06, 1.15]), Room(left=policy.fair_look, warmup=1,
+                                                                    current=GpuSetting(200.0))).placed is None
+
+
+def test_the_choice_is_interpolated_towards_the_bound_and_checked_while_held() -> None:
+    policy = bound_policy(1.1)
+    cands, j = judged([1.0, 1.02, 1.06, 1.15])
+    assert policy.can_interpolate and policy.choice_margin(False, 2.0) == pytest.approx(0.25 * 2.0)
+    placed = policy.interpolate(cands, cands[2], j)
+    assert placed is not None and 175.0 < placed.setting.power_limit_w < 200.0
+    assert placed.chord.fast is cands[2] and "not profiled" in placed.reason
+    assert bound_policy(1.1, TunerOptions(interpolate_choice=False)).interpolate(cands, cands[2], j) is None
+    # held: the interpolated choice is what the hold blocks measure until it had a fair look
+    held = Candidate(3, SettingStats(placed.setting), "chosen", chord=placed.chord)
+    cands.insert(3, held)
+    cands[4].index = 4
+    assert policy.held_to_check(cands, placed.setting) is held
+    assert policy.held_to_check(cands, GpuSetting(200.0)) is None  # not the setting in force
+    j.estimates[3] = Estimate(placed.setting, 4, 0.88, 0.001, 1.20, 0.005, 0.88)  # clearly too slow
+    assert policy.step_back(held, j) is cands[2]
+    assert held.status == "infeasible" and cands[2].status == "chosen"
+    j.estimates[3] = Estimate(placed.setting, 4, 0.88, 0.001, 1.08, 0.005, 0.88)
+    assert policy.step_back(held, j) is None  # fast enough so far: it stays
+    held.stats.blocks.append(Block(policy.fair_look, policy.fair_look, 1.0, 1.0))
+    held.status = "chosen"
+    assert policy.held_to_check(cands, placed.setting) is None  # had its fair look: held like any choice

@@ -21,7 +21,7 @@ from dtpo.tune.boundary import (
     verdict_margin,
     with_chord,
 )
-from dtpo.tune.cost import Energy, MaxSlowdown
+from dtpo.tune.cost import MaxSlowdown
 from dtpo.tune.knob import power_limit_between
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Block, Estimate, SettingStats
@@ -61,7 +61,6 @@ def test_allowed_is_sure_either_way_or_not_yet_clear() -> None:
     assert allowed(metric, _est(200.0, 1.15, 0.01), ref, 2.0) is False
     assert allowed(metric, _est(200.0, 1.09, 0.01), ref, 2.0) is None
     assert allowed(metric, _est(200.0, 1.09, 0.01), ref, 0.0) is True
-    assert allowed(Energy(), _est(200.0, 9.0, 0.01), ref, 2.0) is True  # no constraint
     assert allowed(metric, _est(200.0, 9.0, 0.01), None, 2.0) is True  # the default not measured yet
 
 

@@ -201,6 +201,11 @@ def test_blocks_that_read_no_energy_do_not_crash_the_tuner() -> None:
         if tuner.current != DEFAULT:
             block = Block(block.steps, block.samples, block.time_s, 0.0)
         tuner.feed(block)
+    # the search ends (settings that read no energy look free, so one of them is held) and reports plain figures
+    assert tuner.holding and tuner.choice is not None and tuner.choice != DEFAULT
+    rows = tuner.report()["settings"]
+    assert len(rows) == len(LIMITS) and all(math.isfinite(row["cost"]) for row in rows)
+    assert {row["cost"] for row in rows if row["power_limit_w"] != DEFAULT.power_limit_w} == {0.0}
 
 
 @pytest.mark.parametrize("noise", [0.01, 0.05])

@@ -1,4 +1,4 @@
-"""Where the power tuner's race spends its next steps (:meth:`dtpo.tune.tuner.PowerTuner._race`).
+"""Where the power tuner's race spends its next steps (:meth:`dtpo.tune.race.RacePolicy.decide`).
 
 Two questions, two classic answers:
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from dtpo.tune.allocation import cheapest_information
-from dtpo.tune.cost import CostMetric, MaxSlowdown
+from dtpo.tune.cost import MaxSlowdown
 from dtpo.tune.knob import Between
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Estimate
@@ -46,11 +46,11 @@ __all__ = ["allowed", "boundary_fraction", "boundary_pair", "chord_estimate", "f
 FAR_TOO_SLOW = 1.05  # times the bound: below a setting this slow, nothing is worth a visit
 
 
-def allowed(metric: CostMetric, est: Estimate, ref: Estimate | None, z: float) -> bool | None:
-    """True, False (clearly too slow) or None (not clear yet) for ``metric``'s constraint, ``z`` standard errors
-    of the time difference deciding; always True for a metric without one, for the default itself, or before
-    the default (``ref``) is measured."""
-    if not isinstance(metric, MaxSlowdown) or ref is None or est.setting == ref.setting:
+def allowed(metric: MaxSlowdown, est: Estimate, ref: Estimate | None, z: float) -> bool | None:
+    """True, False (clearly too slow) or None (not clear yet) for ``metric``'s bound, ``z`` standard errors of the
+    time difference deciding; always True for the default itself, or before the default (``ref``) is measured. (A
+    metric without a bound has no such check: its search policy allows everything, :mod:`dtpo.tune.race`.)"""
+    if ref is None or est.setting == ref.setting:
         return True
     bound = metric.factor * ref.time_per_sample_s
     spread = z * math.hypot(est.time_se, metric.factor * ref.time_se)

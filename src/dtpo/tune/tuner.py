@@ -38,12 +38,19 @@ floating) downwards:
    choice up to the allowed slowdown with a setting placed between two candidates (:mod:`dtpo.tune.boundary`),
    and when the search ends the choice moves on to the setting between it and the next setting down where
    their chord reaches the bound less its margin. Such an interpolated choice is measured while it is held; if
-   its own steps show it clearly too slow, the setting above it is held instead. These moves are in
-   :mod:`dtpo.tune.bound_search`.
+   its own steps show it clearly too slow, the setting above it is held instead.
 6. For the other metrics, where the race left another setting not clearly costlier than the choice (a near-tie
    the budget could not settle), the held choice and that runner-up are trained at in turn, a hold block each,
    until one is clearly cheaper or ``refine_steps`` have passed; the cheaper is then held
    (:mod:`dtpo.tune.hold_refine`).
+
+Who decides what: this module is the state machine (the phases, visits, warm-ups, the budget's hard cap, drift).
+What to measure next and when to stop is its *search policy*'s, chosen once from the metric
+(:func:`dtpo.tune.policy.search_policy`): the plain race of steps 2-4 (:mod:`dtpo.tune.race`), or, for
+``MaxSlowdown``, that race with the bound's moves of steps 3-5 (:mod:`dtpo.tune.bound_search`). What happens to the
+choice while it is held is its *hold policy*'s (step 6, :mod:`dtpo.tune.hold_refine`). Each works on what the
+tuner hands it (the candidates, a judgement of their figures, what is left of the budget) and answers with a
+decision the tuner carries out.
 
 Warm-up after a change is sized from the settling observed so far: after each change the blocks of the
 visit are compared with the visit's settled level, the time until they stay within the noise is that
@@ -58,30 +65,23 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dtpo.tune.allocation import Contender, ocba_targets
-from dtpo.tune.bound_search import BoundSearch
-from dtpo.tune.boundary import (
-    allowed,
-    first_to_settle,
-    pool_with_chords,
-    rule_out_too_slow,
-)
-from dtpo.tune.cost import CostContext, CostMetric, MaxSlowdown
-from dtpo.tune.hold_refine import HoldRefine
+from dtpo.tune.boundary import pool_with_chords
+from dtpo.tune.cost import CostContext, CostMetric
 from dtpo.tune.knob import Knob, candidate_grid
-from dtpo.tune.ordered import next_unvisited, prune_below, steep_below
+from dtpo.tune.policy import hold_policy, search_policy
+from dtpo.tune.race import Guess
 from dtpo.tune.report import profiling_cost, projected_saving, settings_rows, unprofiled_rows
 from dtpo.tune.setting import GpuSetting, Segment
 from dtpo.tune.settling import SettlingWatch
 from dtpo.tune.stats import Block, Estimate, NoiseEstimate, SettingStats, estimate, t_quantile
-from dtpo.tune.tuner_types import Candidate, Judgement, Phase, Refine, TunerOptions, Visit
+from dtpo.tune.tuner_types import Candidate, Judgement, Next, Phase, Placement, Room, TunerOptions, Visit
 
 __all__ = ["Candidate", "Phase", "PowerTuner", "TunerOptions"]
 
 logger = logging.getLogger(__name__)
 
 
-class PowerTuner(BoundSearch, HoldRefine):
+class PowerTuner:
     """Finds and holds the setting with the least cost; see the module docs.
 
     Args:
@@ -99,7 +99,7 @@ class PowerTuner(BoundSearch, HoldRefine):
 
     def __init__(self, dimensions: Sequence[Callable[[GpuSetting], list[GpuSetting]] | Knob], metric: CostMetric,
                  context: CostContext, default: GpuSetting, options: TunerOptions | None = None,
-                 guess: Callable[[list[GpuSetting], Estimate], int] | None = None) -> None:
+                 guess: Guess | None = None) -> None:
         if not dimensions:
             raise ValueError("a tuner needs at least one knob")
         self.dimensions = [d.candidates if isinstance(d, Knob) else d for d in dimensions]
@@ -110,6 +110,9 @@ class PowerTuner(BoundSearch, HoldRefine):
         self.options = options or TunerOptions()
         self.default = default
         self.guess = guess
+        self.search = search_policy(metric, self.options, guess)  # what to measure next, and when to stop
+        self.search.start_knob(self.betweens[0])
+        self.hold = hold_policy(self.options, self.search)  # what happens to the choice while it is held
         self.phase = Phase.WAIT
         self.current = default
         self.choice: GpuSetting | None = None
@@ -131,10 +134,11 @@ class PowerTuner(BoundSearch, HoldRefine):
         self._budget = 0
         self._spent = 0
         self._drift_strikes = 0
-        self._boundary_left = 0
-        self._fair_look = self.options.first_visit_steps + self.options.revisit_steps  # a first visit and a revisit
-        self._refine: Refine | None = None  # a near-tie settled while holding (dtpo.tune.hold_refine)
-        self.refined: dict[str, Any] | None = None  # what that refining did
+
+    @property
+    def refined(self) -> dict[str, Any] | None:
+        """What settling a near-tie while holding did (:mod:`dtpo.tune.hold_refine`); ``None`` when nothing was."""
+        return self.hold.refined
 
     # -- what the caller asks ------------------------------------------------------------------------------
 
@@ -184,10 +188,10 @@ class PowerTuner(BoundSearch, HoldRefine):
             return held
         estimates = self._estimates(list(measured.values()))
         best = self._best(estimates).setting
-        if len(self.dimensions) == 1 and self._can_interpolate():  # as the search itself ends (interpolate_choice)
+        if len(self.dimensions) == 1 and self.search.can_interpolate:  # as a search ends (interpolate_choice)
             ordered = sorted(measured.values(), key=lambda st: st.setting.sort_key, reverse=True)
             self._candidates = [Candidate(i, st, "measured") for i, st in enumerate(ordered)]
-            chosen = self._interpolate_choice(next(c for c in self._candidates if c.stats.setting == best))
+            chosen = self._interpolated(next(c for c in self._candidates if c.stats.setting == best))
             chosen.status = "chosen"
             best = chosen.stats.setting
         self._hold(best, "saved profile")
@@ -228,12 +232,17 @@ class PowerTuner(BoundSearch, HoldRefine):
             return self.current
         if self.phase is Phase.HOLD:
             self._record(block, "hold")
-            if self._refine is not None:  # a lasting drift ends the refining with a new search
+            if self.hold.active:  # a lasting drift ends the refining with a new search
                 self._watch_drift(block)
-                if self._refine is not None:
-                    self._refine_block(block)
+                if self.hold.active:
+                    step = self.hold.feed(block, self.current, self._judgement)
+                    if step.note is not None:
+                        self.history.append(step.note)
+                    if step.settled:
+                        self.choice = step.setting
+                    self.current = step.setting
                 return self.current
-            if self._verify_held(block):
+            if self._check_held(block):
                 return self.current
             self._watch_drift(block)
             return self.current
@@ -265,7 +274,7 @@ class PowerTuner(BoundSearch, HoldRefine):
             return False
         others = [c.stats for c in self._candidates if c.status == "measured" and c is not visit.candidate
                   and c.stats.steps >= self.options.first_visit_steps]
-        if not others or isinstance(self.metric, MaxSlowdown):
+        if not others or not self.search.quick_looks:
             return False
         noise = self._noise()
         best = min((estimate(o, noise, self.metric, self.context) for o in others), key=lambda e: e.cost)
@@ -298,7 +307,7 @@ class PowerTuner(BoundSearch, HoldRefine):
             if c.stats.measured:
                 c.status = "measured"
         self._budget = self._spent + self.options.budget_steps_per_candidate * len(settings)
-        self._boundary_left = self.options.boundary_points
+        self.search.start_knob(self.betweens[self._dimension])
         self.choice = None
         first = self._candidates[0]
         target = first.stats.steps + self.options.first_visit_steps
@@ -363,16 +372,9 @@ class PowerTuner(BoundSearch, HoldRefine):
         ref = self._reference_estimate()
         z = t_quantile(self._noise().dof, self.options.z)
         grid = set(candidate_grid(self.dimensions, self.default))
-        feasible = [e for e in estimates if allowed(self.metric, e, ref, self._choice_margin(e.setting not in grid, z))]
+        feasible = [e for e in estimates
+                    if self.search.allowed(e, ref, self.search.choice_margin(e.setting not in grid, z))]
         return min(feasible or estimates, key=lambda e: e.cost)
-
-    def _choice_margin(self, placed: bool, z: float) -> float:
-        """Standard errors by which a setting must be inside the ``MaxSlowdown`` bound to be the choice: a setting
-        placed near the bound on purpose needs ``placed_z_share`` of ``z``; a candidate where the choice can be
-        interpolated towards the bound instead needs ``grid_z_share``; any other candidate none."""
-        if placed:
-            return self.options.placed_z_share * z
-        return self.options.grid_z_share * z if self._can_interpolate() else 0.0
 
     def _reference_estimate(self) -> Estimate | None:
         """The default setting's figures (what ``MaxSlowdown`` compares with)."""
@@ -381,116 +383,43 @@ class PowerTuner(BoundSearch, HoldRefine):
         return estimate(self._reference, self._noise(), self.metric, self.context)
 
     def _decide(self) -> None:
-        """Between two blocks, after a visit: judge every measured setting again, then visit the next
-        unvisited one, race the survivors, or hold the best."""
+        """Between two blocks, after a visit: the search policy judges every measured setting again and says what
+        to do next (visit a candidate, place a new one and visit it, or end the search); carry it out."""
         if self._reference is None and self._dimension == 0:
             self._reference = self._candidates[0].stats
-        cands = self._candidates
-        j = self._judgement()
-        for c in cands:  # a drop holds only while the evidence does: judge again against today's figures
-            if c.status in ("dropped", "infeasible"):
-                c.status, c.reason = "measured", ""
-        if isinstance(self.metric, MaxSlowdown):  # clearly too slow goes; all below one far too slow after a rise
-            for c in rule_out_too_slow(self.metric, self._candidates, j):
-                self._prune_below(c.index, "below a setting far slower than allowed")
-        live = [c for c in cands if c.status == "measured"]
-        if not live:  # everything measured is too slow: the default is always allowed
-            assert j.reference is not None
-            j.reference.status = "measured"
-            live = [j.reference]
-        feasible = [c for c in live
-                    if allowed(self.metric, j.estimates[c.index], j.ref, self._choice_margin(c.interpolated, j.z))]
-        best = min(feasible or live, key=lambda c: j.estimates[c.index].cost)
-        self._drop_costlier(j, live, best)
-        if self._spent >= self._budget:
-            self._finish_dimension(best, "profiling budget spent")
+        room = Room(self._budget - self._spent, self._warmup_steps(), self.current)
+        self._carry_out(self.search.decide(self._candidates, self._judgement(), room))
+
+    def _carry_out(self, step: Next) -> None:
+        if step.ends:
+            self._finish_dimension(step.best, step.why)
             return
-        unvisited = [c for c in cands if c.status == "unvisited"]
-        if unvisited:
-            nxt = next_unvisited(self._candidates, unvisited, best, j.estimates, self.guess)
-            self._revisit(nxt, self.options.first_visit_steps, best)
-            return
-        self._race(j, [c for c in cands if c.status == "measured"], best)
+        pick = self._insert(step.placed) if step.placed is not None else step.visit
+        assert pick is not None
+        self._revisit(pick, step.steps, step.best)
 
     def _judgement(self) -> Judgement:
-        """Every measured candidate's estimate (a placed setting's pooled with its chord), the default's, and how
-        many standard errors make a difference clear."""
+        """Every measured candidate's estimate (a placed setting's pooled with its chord), the default's, how many
+        standard errors make a difference clear, and the pooled noise of a step's time."""
         measured = [c for c in self._candidates if c.stats.measured]
+        noise = self._noise()
         j = Judgement(estimates=dict(zip((c.index for c in measured),
                                           self._estimates([c.stats for c in measured]), strict=True)),
-                      ref=self._reference_estimate(), z=t_quantile(self._noise().dof, self.options.z),
-                      reference=next((c for c in self._candidates if c.stats is self._reference), None))
+                      ref=self._reference_estimate(), z=t_quantile(noise.dof, self.options.z),
+                      reference=next((c for c in self._candidates if c.stats is self._reference), None),
+                      time_cv=noise.time_cv)
         pool_with_chords(measured, j.estimates)  # a placed setting's figures count its neighbours' chord
         return j
 
-    def _drop_costlier(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
-        """Drop what is clearly costlier than the cheapest setting that is surely allowed; where cost and time
-        rise steeply below the best, drop every lower setting unvisited."""
-        sure = [c for c in live if allowed(self.metric, j.estimates[c.index], j.ref, j.z) is True]
-        if not sure:
-            return
-        anchor = min(sure, key=lambda c: j.estimates[c.index].cost)
-        a = j.estimates[anchor.index]
-        for c in live:
-            if c is best or c is anchor or c is j.reference and isinstance(self.metric, MaxSlowdown):
-                continue
-            e = j.estimates[c.index]
-            gap = e.cost - a.cost
-            if gap <= j.z * math.hypot(e.cost_se, a.cost_se):
-                continue
-            share = f"{gap / a.cost * 100:.1f} % " if a.cost > 0 else ""
-            c.status, c.reason = "dropped", f"{share}costlier than {a.setting.label}"
-            if gap > self.options.steep_rise * a.cost and self.options.ordered \
-                    and steep_below(self._candidates, c, anchor, j.estimates, j.z):
-                self._prune_below(c.index, f"below {c.stats.setting.label}, which is already far costlier")
-
-    def _race(self, j: Judgement, live: list[Candidate], best: Candidate) -> None:
-        """Every candidate is visited or ruled out: hold the best once it is within tolerance of every survivor,
-        else measure more of the best or a challenger, as :mod:`dtpo.tune.allocation` says. When the best, or a
-        cheaper setting, may be too slow for ``MaxSlowdown``, measure it or the default instead (their times
-        decide), whichever step narrows the comparison most for what it costs."""
-        if self._toward_bound(j, best):
-            return
-        b, z = j.estimates[best.index], j.z
-        pending = [c for c in live if c is not best and
-                   (b.cost - j.estimates[c.index].cost) + z * math.hypot(j.estimates[c.index].cost_se, b.cost_se)
-                   > self.options.tolerance * b.cost]
-        # MaxSlowdown: whether the best, or a cheaper setting, is fast enough is decided by its time and the
-        # default's
-        unsure = [c for c in live if (c is best or j.estimates[c.index].cost < b.cost)
-                  and allowed(self.metric, j.estimates[c.index], j.ref, z) is None]
-        if unsure and j.reference is not None:
-            assert j.ref is not None
-            self._measure_time(j, first_to_settle(unsure, j.estimates, j.ref.steps, self._fair_look,
-                                                  self._can_place()), best)
-            return
-        if not pending:
-            self._finish_dimension(best, "best within tolerance of every survivor")
-            return
-        # a contender still in the running gets a fair look of its own before the budget goes to near-ties
-        thin = [c for c in pending if c.stats.steps < self.options.first_visit_steps + self.options.revisit_steps]
-        if thin:
-            pick = min(thin, key=lambda c: j.estimates[c.index].cost - z * j.estimates[c.index].cost_se)
-            self._revisit(pick, self.options.revisit_steps, best)
-            return
-        group = [best, *pending]
-        contenders = {c.index: Contender(c.index, c.stats.steps, j.estimates[c.index].cost,
-                                         j.estimates[c.index].cost_se * math.sqrt(max(c.stats.steps, 1)))
-                      for c in group}
-        left = max(self._budget - self._spent, 0)
-        targets = ocba_targets(contenders[best.index], [contenders[c.index] for c in pending],
-                               sum(c.stats.steps for c in group) + left, self.options.min_gap * b.cost)
-        deficit = {c.index: targets[c.index] - c.stats.steps for c in group}
-        pick = self._stay_if_nearly(group, deficit, 0.5)
-        self._revisit(pick, min(max(self.options.revisit_steps, math.ceil(deficit[pick.index])),
-                                2 * self.options.revisit_steps), best)
-
-    def _stay_if_nearly(self, group: list[Candidate], score: dict[int, float], share: float) -> Candidate:
-        """The candidate of ``group`` with the highest ``score``, or the one in force when its score is at least
-        ``share`` of that: staying put costs no warm-up."""
-        pick = max(group, key=lambda c: score[c.index])
-        here = next((c for c in group if c.stats.setting == self.current), None)
-        return here if here is not None and score[here.index] >= share * score[pick.index] else pick
+    def _insert(self, placed: Placement) -> Candidate:
+        """A new candidate for a setting a search policy placed, in its place right below ``placed.chord.fast``."""
+        new = Candidate(placed.chord.fast.index + 1, self._stats_of(placed.setting), chord=placed.chord,
+                        reason=placed.reason)
+        self._candidates.insert(new.index, new)
+        for i, c in enumerate(self._candidates):
+            c.index = i
+        self.history.append(f"{placed.setting.label}: {placed.reason}")
+        return new
 
     def _revisit(self, pick: Candidate, steps: int, best: Candidate) -> None:
         """Visit ``pick`` for ``steps`` more measured steps, fewer where the budget is short; where what is left of
@@ -503,12 +432,16 @@ class PowerTuner(BoundSearch, HoldRefine):
             return
         self._begin_visit(pick, pick.stats.steps + min(steps, left), changed=changed)
 
-    def _prune_below(self, index: int, reason: str) -> None:
-        if self.options.ordered:
-            prune_below(self._candidates, index, reason)
+    def _interpolated(self, best: Candidate) -> Candidate:
+        """The candidate to hold where a search ends on ``best``: a new one between ``best`` and a neighbour where
+        the search policy moves the choice so (``MaxSlowdown``: towards the bound), else ``best``."""
+        if not self.search.can_interpolate:
+            return best
+        placed = self.search.interpolate(self._candidates, best, self._judgement())
+        return best if placed is None else self._insert(placed)
 
     def _finish_dimension(self, best: Candidate, why: str) -> None:
-        best = self._interpolate_choice(best)
+        best = self._interpolated(best)
         self.choice = best.stats.setting
         best.status = "chosen"
         self.history.append(f"{self.dimension_names[self._dimension]}: {best.stats.setting.label} ({why})")
@@ -517,7 +450,9 @@ class PowerTuner(BoundSearch, HoldRefine):
             self._start_dimension()
             return
         self._hold(best.stats.setting, why)
-        self._start_refine(best)
+        note = self.hold.start(best, self._candidates, self._judgement)
+        if note is not None:
+            self.history.append(note)
 
     def _hold(self, setting: GpuSetting, why: str, searched: bool = True) -> None:
         """Hold ``setting``; ``searched``: it ends a search (the steps so far were profiling), not a step back from
@@ -532,6 +467,22 @@ class PowerTuner(BoundSearch, HoldRefine):
 
     # -- holding ------------------------------------------------------------------------------------------------
 
+    def _check_held(self, block: Block) -> bool:
+        """A held choice the search policy still checks (an interpolated ``MaxSlowdown`` choice, with no profiling
+        steps of its own) is measured by the hold blocks; once the policy rules it out, the setting above it is held
+        instead. Returns whether the block went to that check."""
+        held = self.search.held_to_check(self._candidates, self.current)
+        if held is None:
+            return False
+        held.stats.blocks.append(block)
+        above = self.search.step_back(held, self._judgement())
+        if above is not None:
+            self.history.append(f"{held.stats.setting.label}: too slow while held; back to {above.stats.setting.label}")
+            logger.info("tuner: %s proved too slow while held; holding %s", held.stats.setting.label,
+                        above.stats.setting.label)
+            self.steps_back += 1
+            self._hold(above.stats.setting, "the interpolated choice proved too slow", searched=False)
+        return True
     def _watch_drift(self, block: Block) -> None:
         stats = self.stats.get(self.current)
         if stats is None or not stats.measured or block.samples <= 0:
@@ -548,7 +499,7 @@ class PowerTuner(BoundSearch, HoldRefine):
             logger.info("tuner: the cost of %s drifted by %+.0f %%; searching again", self.current.label,
                         (cost / expected - 1.0) * 100)
             self.history.append(f"drift at step {self.steps}: search again")
-            self._refine = None
+            self.hold.stop()
             self.stats.clear()
             self._reference = None
             self._dimension = 0

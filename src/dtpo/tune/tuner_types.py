@@ -1,14 +1,16 @@
-"""What the power tuner's state machine (:mod:`dtpo.tune.tuner`) works with: its phases, its search options, the
-candidate settings with their status, a decision's judgement, and the current visit."""
+"""What the power tuner's state machine (:mod:`dtpo.tune.tuner`) and its policies work with: its phases, its search
+options, the candidate settings with their status, a decision's judgement, what a search policy decides
+(:class:`Next`) from what is left of the budget (:class:`Room`), and the current visit."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
 
+from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Block, Estimate, SettingStats
 
-__all__ = ["Candidate", "Chord", "Judgement", "Phase", "Refine", "TunerOptions", "Visit"]
+__all__ = ["Candidate", "Chord", "Judgement", "Next", "Phase", "Placement", "Refine", "Room", "TunerOptions", "Visit"]
 
 
 class Phase(enum.Enum):
@@ -142,12 +144,56 @@ class Chord:
 @dataclass
 class Judgement:
     """What one decision works from: every measured setting's estimate, the default's (``MaxSlowdown``'s
-    reference) and how many standard errors make a difference clear."""
+    reference), how many standard errors make a difference clear, and the pooled noise of a step's time."""
 
     estimates: dict[int, Estimate]
     ref: Estimate | None
     z: float
     reference: Candidate | None
+    time_cv: float = 0.0  # relative spread of one step's time, pooled over the measured settings
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A setting between two candidates that a search policy wants as a new candidate, in its place right below
+    ``chord.fast``; ``reason`` says why (for the history and the report)."""
+
+    setting: GpuSetting
+    chord: Chord
+    reason: str
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a search policy is told about the search's state when it decides.
+
+    Attributes:
+        left: Profiling steps left in the budget (negative once overspent).
+        warmup: Warm-up steps a change of setting costs now.
+        current: The setting in force (staying there costs no warm-up).
+    """
+
+    left: int
+    warmup: int
+    current: GpuSetting
+
+
+@dataclass(frozen=True)
+class Next:
+    """What a search policy decided after a visit: measure ``visit`` for ``steps`` more steps, or first insert
+    ``placed`` as a new candidate and measure that; with neither, the search ends on ``best`` (``why``). ``best`` is
+    what to hold should the budget not cover the visit."""
+
+    best: Candidate
+    visit: Candidate | None = None
+    steps: int = 0
+    placed: Placement | None = None
+    why: str = ""
+
+    @property
+    def ends(self) -> bool:
+        """True when the search ends on ``best``."""
+        return self.visit is None and self.placed is None
 
 
 @dataclass
