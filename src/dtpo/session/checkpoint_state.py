@@ -142,7 +142,10 @@ class DataPosition:
         self._seek: dict[str, Any] | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"batches": consumed, "state": the iterable's own state or None}``."""
+        """``{"batches": consumed, "state": the iterable's own state or None}``; a loaded position not yet moved
+        to is returned as loaded."""
+        if self._seek is not None:
+            return dict(self._seek)
         iterable = self._iterable
         return {"batches": self.consumed,
                 "state": iterable.state_dict() if iterable is not None and _stateful_data(iterable) else None}
