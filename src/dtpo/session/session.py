@@ -15,10 +15,12 @@ The Session is three parts: a :class:`~dtpo.session.timer.StepTimer` (the marks 
 :class:`~dtpo.session.lifecycle.RunLifecycle` (run dir, record, partial flushes, signals, gather, save) and
 a list of :class:`~dtpo.core.callbacks.Callback` s (energy windows, GPU knobs, progress, partial flushes,
 and whatever the user passes). The knobs a tuner turns (precision, gradient accumulation, gradient
-compression) can change between optimizer steps through :meth:`Session.set_precision`,
-:meth:`Session.set_grad_accum` and :meth:`Session.set_compression`;
+compression) are held by its :class:`~dtpo.session.switches.Switches` and can change between optimizer steps
+through :meth:`Session.set_precision`, :meth:`Session.set_grad_accum` and :meth:`Session.set_compression`;
 ``dtpo.Session(tune=dtpo.TuneConfig(knob="precision,grad-accum,compression", cost="energy"))`` has dtpo turn
-them itself, toward the cost, with every numerics change guarded (:mod:`dtpo.session.job_tuning`).
+them itself, toward the cost, with every numerics change guarded (:mod:`dtpo.session.job_tuning`) on probe
+steps (:class:`~dtpo.session.probe_steps.ProbeSteps`). :meth:`Session.state_dict` is what checkpoints keep of
+the Session itself: step, switches, gradient scaler and data position.
 """
 
 from __future__ import annotations
