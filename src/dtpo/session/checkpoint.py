@@ -47,6 +47,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.stateful import Stateful
 
 from dtpo.core.config import CheckpointConfig
 from dtpo.core.errors import ConfigError, first_line
@@ -64,7 +65,14 @@ from dtpo.session.checkpoint_files import (
     prune,
     remove_checkpoint,
 )
-from dtpo.session.checkpoint_state import Opaque, TrainState, model_fingerprint, rng_state, set_rng_state
+from dtpo.session.checkpoint_state import (
+    DataPosition,
+    RankState,
+    TrainState,
+    model_fingerprint,
+    rng_state,
+    set_rng_state,
+)
 
 if TYPE_CHECKING:
     from dtpo.session.session import Session
@@ -73,26 +81,6 @@ log = logging.getLogger(__name__)
 
 _CLOSE_WAIT_S = 5.0  # how long a run that failed waits for a background save to end
 _ESTIMATE_AFTER = 3  # steps after the start before a --checkpoint-every duration is turned into steps
-
-
-class _Counted:
-    """An iterator that counts the items taken from it (the data position)."""
-
-    def __init__(self, iterator: Iterator[Any], owner: Checkpoints) -> None:
-        self._iterator = iterator
-        self._owner = owner
-
-    def __iter__(self) -> _Counted:
-        return self
-
-    def __next__(self) -> Any:
-        item = next(self._iterator)
-        self._owner.consumed += 1
-        return item
-
-
-def _stateful_data(iterable: Any) -> bool:
-    return callable(getattr(iterable, "state_dict", None)) and callable(getattr(iterable, "load_state_dict", None))
 
 
 def _version() -> str:
@@ -131,12 +119,10 @@ class Checkpoints:
         self.extra: dict[str, Any] = {}
         self.resumed: CheckpointInfo | None = None
         self.saved: CheckpointInfo | None = None  # the newest checkpoint this run completed (rank 0 knows)
-        self.consumed = 0  # loader batches taken by the current Session.batches call
+        self.data = DataPosition()  # where the current Session.batches call stands in its iterable
         self.started = time.time()
         self._started_clock = time.perf_counter()
         self._resume_done = False
-        self._skip = 0
-        self._data_state: Any = None
         self._rng: dict[str, Any] | None = None
         self._callback_states: dict[str, Any] = {}
         self._before = {"time_s": 0.0, "energy_j": 0.0}
@@ -146,8 +132,6 @@ class Checkpoints:
         self._paced = False
         self._pending: tuple[Any, Path, int] | None = None
         self._group: Any = None
-        self._first_iterable = True
-        self._iterable: Any = None
         if config.every is None:
             return
         problem = None
@@ -239,13 +223,12 @@ class Checkpoints:
     def _load(self, session: Session, info: CheckpointInfo) -> dict[str, Any]:
         """Load one checkpoint into the model and optimizers; returns this rank's own state."""
         assert session.model is not None
-        key = f"rank{self.ctx.rank}"
-        state: dict[str, Any] = {"train": TrainState(session.model, self.optimizers), key: Opaque()}
+        own = RankState()
+        state: dict[str, Stateful] = {"train": TrainState(session.model, self.optimizers), f"rank{self.ctx.rank}": own}
         with _single_process_quiet():
             dcp.load(state, checkpoint_id=str(info.path), process_group=self._group,
                      no_dist=not self.ctx.distributed)
-        loaded = state[key]
-        value = loaded.value if isinstance(loaded, Opaque) else loaded
+        value = own.value
         if not isinstance(value, dict) or value.get("step") != info.step:
             raise RuntimeError(f"rank {self.ctx.rank}'s own state is missing or of another step")
         return value
@@ -253,27 +236,12 @@ class Checkpoints:
     def _restore(self, session: Session, info: CheckpointInfo, state: dict[str, Any], load_s: float) -> None:
         """Everything but the data position, RNG and callbacks (those come once training starts)."""
         self.resumed = info
-        session.start_step = session._step = info.step  # noqa: SLF001 - the Session's own helper
-        saved = state["session"]
-        from dtpo.session.precision import Precision
-
-        if saved["precision"] != session.precision.name:
-            session.precision = Precision(saved["precision"], session.device)
-        if state.get("scaler") is not None and session.precision.scaler is not None:
-            session.precision.scaler.load_state_dict(state["scaler"])
-        session.grad_accum = saved["grad_accum"]
-        session._loader_batches = saved["loader_batches"]  # noqa: SLF001
-        if session.comm is not None and (saved["compression"], saved["powersgd_rank"]) != (
-                session.comm.compression, session.comm.powersgd_rank):
-            session.comm.set_compression(saved["compression"], powersgd_rank=saved["powersgd_rank"])
-        if session.comm is not None:
-            session.comm.load_powersgd_state(saved.get("powersgd"))
-        session.switch_log[:] = list(saved["switch_log"])
+        # a rank's state on disk (format dtpo.checkpoint/1) keeps the Session's switches under "session"
+        session.load_state_dict({"step": state["step"], "switches": state["session"], "scaler": state.get("scaler"),
+                                 "data": state["data"]})
         for name, obj in self.extra.items():
             if name in state["extra"]:
                 obj.load_state_dict(state["extra"][name])
-        self._skip = state["data"]["batches"]
-        self._data_state = state["data"]["state"]
         self._rng = state["rng"]
         self._callback_states = state["callbacks"]
         self._before = dict(state["progress"])
@@ -298,31 +266,13 @@ class Checkpoints:
         """The iterator ``Session.batches`` draws from: counted, and on the first call after a resume moved to the
         saved position (replayed, or through the iterable's own ``load_state_dict``) before the RNG states are
         put back."""
-        first, self._first_iterable = self._first_iterable, False
-        self.consumed = 0
-        if not self.enabled:
-            return iter(iterable)
-        if first and self.resumed is not None:
-            if self._data_state is not None and _stateful_data(iterable):
-                iterable.load_state_dict(self._data_state)  # type: ignore[attr-defined]
-                iterator = iter(iterable)
-                self.consumed = self._skip
-            else:
-                iterator = iter(iterable)
-                for index in range(self._skip):
-                    try:
-                        next(iterator)
-                    except StopIteration:
-                        raise ConfigError(f"the data ended after {index} batches while replaying the "
-                                          f"{self._skip} batches before checkpoint step {self.resumed.step}") from None
-                self.consumed = self._skip
-            if self._rng is not None:
-                set_rng_state(self._rng)
-                self._rng = None
-        else:
-            iterator = iter(iterable)
-        self._iterable = iterable
-        return _Counted(iterator, self)
+        if self.resumed is None:
+            return self.data.iterate(iterable)
+        iterator = self.data.iterate(iterable, before=f"checkpoint step {self.resumed.step}")
+        if self._rng is not None:
+            set_rng_state(self._rng)
+            self._rng = None
+        return iterator
 
     # -- saving --------------------------------------------------------------------------------------------
 
@@ -371,8 +321,8 @@ class Checkpoints:
         figures = self._gather([self._energy_so_far(session), time.perf_counter() - self._started_clock, mean_step_s])
         progress = {"step": step, "energy_j": self._before["energy_j"] + float(figures[:, 0].sum()),
                     "time_s": self._before["time_s"] + float(figures[:, 1].max())}
-        state: dict[str, Any] = {"train": TrainState(session.model, self.optimizers),
-                                 f"rank{self.ctx.rank}": Opaque(self._rank_state(session, progress))}
+        state: dict[str, Stateful] = {"train": TrainState(session.model, self.optimizers),
+                                      f"rank{self.ctx.rank}": RankState(self._rank_state(session, progress))}
         try:
             if self.config.async_save:
                 with _single_process_quiet():
@@ -398,20 +348,13 @@ class Checkpoints:
                                                 "async": self.config.async_save})
 
     def _rank_state(self, session: Session, progress: dict[str, Any]) -> dict[str, Any]:
-        iterable = self._iterable
-        comm = session.comm
+        own = session.state_dict()
         return {
-            "step": session.step_count,
-            "data": {"batches": self.consumed,
-                     "state": iterable.state_dict() if iterable is not None and _stateful_data(iterable) else None},
+            "step": own["step"],
+            "data": own["data"],
             "rng": rng_state(),
-            "scaler": session.precision.scaler.state_dict() if session.precision.scaler is not None else None,
-            "session": {"precision": session.precision.name, "grad_accum": session.grad_accum,
-                        "loader_batches": session._loader_batches,  # noqa: SLF001
-                        "compression": comm.compression if comm is not None else "none",
-                        "powersgd_rank": comm.powersgd_rank if comm is not None else 1,
-                        "powersgd": comm.powersgd_state() if comm is not None else None,
-                        "switch_log": list(session.switch_log)},
+            "scaler": own["scaler"],
+            "session": own["switches"],
             "callbacks": {key: cb.state_dict() for key, cb in _stateful_callbacks(session)},
             "extra": {name: obj.state_dict() for name, obj in self.extra.items()},
             "progress": progress,

@@ -1,12 +1,13 @@
 """What a checkpoint is made of, apart from driving it (:mod:`dtpo.session.checkpoint`): the model and its
-optimizers as a DCP ``Stateful``, a rank's own state as one opaque item, the random generators' states, and the
-fingerprint that tells whether a checkpoint belongs to a model."""
+optimizers as a DCP ``Stateful``, a rank's own state as another (one opaque item), the position in the data, the
+random generators' states, and the fingerprint that tells whether a checkpoint belongs to a model."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import random
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
-__all__ = ["Opaque", "TrainState", "model_fingerprint", "rng_state", "set_rng_state"]
+from dtpo.core.errors import ConfigError
+
+__all__ = ["DataPosition", "Opaque", "RankState", "TrainState", "model_fingerprint", "rng_state", "set_rng_state"]
 
 
 def model_fingerprint(module: nn.Module) -> str:
@@ -37,6 +40,26 @@ class Opaque:
     """A value DCP stores as one pickled item instead of walking into it (a rank's own state)."""
 
     value: Any = None
+
+
+class RankState(Stateful):
+    """One rank's own state as DCP saves it: one opaque item under the rank's key (``rankN``), so no rank reads
+    another's and its shape need not be known before loading.
+
+    Args:
+        value: What to save (``None`` when loading: :attr:`value` is what was loaded).
+    """
+
+    def __init__(self, value: dict[str, Any] | None = None) -> None:
+        self.value = value
+
+    def state_dict(self) -> Any:  # one leaf, not a dict: DCP pickles it whole
+        """The value wrapped as one item."""
+        return Opaque(self.value)
+
+    def load_state_dict(self, state_dict: Any) -> None:
+        """Take the loaded item."""
+        self.value = state_dict.value if isinstance(state_dict, Opaque) else state_dict
 
 
 class TrainState(Stateful):
@@ -84,3 +107,79 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     if state.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _stateful_data(iterable: Any) -> bool:
+    return callable(getattr(iterable, "state_dict", None)) and callable(getattr(iterable, "load_state_dict", None))
+
+
+class _Counted:
+    """An iterator that counts the items taken from it."""
+
+    def __init__(self, iterator: Iterator[Any], owner: DataPosition) -> None:
+        self._iterator = iterator
+        self._owner = owner
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> Any:
+        item = next(self._iterator)
+        self._owner.consumed += 1
+        return item
+
+
+class DataPosition:
+    """Where ``Session.batches`` stands in its iterable: the loader batches the current call took, or the
+    iterable's own ``state_dict`` where it has one (as torchdata's ``StatefulDataLoader`` does). After
+    :meth:`load_state_dict`, the next :meth:`iterate` moves the iterable there (through its ``load_state_dict``,
+    or by replaying that many batches).
+    """
+
+    def __init__(self) -> None:
+        self.consumed = 0
+        self._iterable: Any = None
+        self._seek: dict[str, Any] | None = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"batches": consumed, "state": the iterable's own state or None}``; a loaded position not yet moved
+        to is returned as loaded."""
+        if self._seek is not None:
+            return dict(self._seek)
+        iterable = self._iterable
+        return {"batches": self.consumed,
+                "state": iterable.state_dict() if iterable is not None and _stateful_data(iterable) else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The position the next :meth:`iterate` moves its iterable to."""
+        self._seek = {"batches": int(state["batches"]), "state": state.get("state")}
+
+    def iterate(self, iterable: Iterable[Any], before: str = "the checkpoint") -> Iterator[Any]:
+        """A counted iterator over ``iterable``, moved to the loaded position if one waits.
+
+        Args:
+            iterable: What ``Session.batches`` draws from.
+            before: Where the position was taken, for the error when replaying runs out of data.
+
+        Raises:
+            ConfigError: The data ended before the position was reached.
+        """
+        seek, self._seek = self._seek, None
+        self.consumed = 0
+        if seek is not None and seek["state"] is not None and _stateful_data(iterable):
+            iterable.load_state_dict(seek["state"])  # type: ignore[attr-defined]
+            iterator = iter(iterable)
+            self.consumed = seek["batches"]
+        elif seek is not None:
+            iterator = iter(iterable)
+            for index in range(seek["batches"]):
+                try:
+                    next(iterator)
+                except StopIteration:
+                    raise ConfigError(f"the data ended after {index} batches while replaying the "
+                                      f"{seek['batches']} batches before {before}") from None
+            self.consumed = seek["batches"]
+        else:
+            iterator = iter(iterable)
+        self._iterable = iterable
+        return _Counted(iterator, self)

@@ -15,10 +15,12 @@ The Session is three parts: a :class:`~dtpo.session.timer.StepTimer` (the marks 
 :class:`~dtpo.session.lifecycle.RunLifecycle` (run dir, record, partial flushes, signals, gather, save) and
 a list of :class:`~dtpo.core.callbacks.Callback` s (energy windows, GPU knobs, progress, partial flushes,
 and whatever the user passes). The knobs a tuner turns (precision, gradient accumulation, gradient
-compression) can change between optimizer steps through :meth:`Session.set_precision`,
-:meth:`Session.set_grad_accum` and :meth:`Session.set_compression`;
+compression) are held by its :class:`~dtpo.session.switches.Switches` and can change between optimizer steps
+through :meth:`Session.set_precision`, :meth:`Session.set_grad_accum` and :meth:`Session.set_compression`;
 ``dtpo.Session(tune=dtpo.TuneConfig(knob="precision,grad-accum,compression", cost="energy"))`` has dtpo turn
-them itself, toward the cost, with every numerics change guarded (:mod:`dtpo.session.job_tuning`).
+them itself, toward the cost, with every numerics change guarded (:mod:`dtpo.session.job_tuning`) on probe
+steps (:class:`~dtpo.session.probe_steps.ProbeSteps`). :meth:`Session.state_dict` is what checkpoints keep of
+the Session itself: step, switches, gradient scaler and data position.
 """
 
 from __future__ import annotations
@@ -63,12 +65,12 @@ from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir, now_iso
 from dtpo.session.mfu import peak_flops
 from dtpo.session.power_tuning import TuneCallback
 from dtpo.session.precision import Precision
-from dtpo.session.probe import ProbeQueue
+from dtpo.session.probe import ProbeRequest
 from dtpo.session.probe_steps import ProbeSteps
 from dtpo.session.rebatch import cut_batch, join_batches
 from dtpo.session.step_energy import EnergyCallback
 from dtpo.session.straggler_tuning import StragglerCallback
-from dtpo.session.switches import Switches
+from dtpo.session.switches import Switch, Switches
 from dtpo.session.timer import StepTimer
 from dtpo.telemetry.summary import print_summary
 
@@ -78,7 +80,7 @@ log = logging.getLogger(__name__)
 _HOOKS = ("on_train_start", "on_step_begin", "on_step_end", "on_window_end", "on_rank_end", "on_train_end")
 
 
-class Session(ProbeSteps, Switches):
+class Session:
     """One rank's view of a data-parallel training run.
 
     Args:
@@ -137,11 +139,10 @@ class Session(ProbeSteps, Switches):
         cfg = self.config
         self.ctx: DistContext = join(device, backend or run_config.launch.backend)
         self.device = self.ctx.device
-        self.precision = Precision(cfg.precision, self.device)
-        self.grad_accum = cfg.grad_accum
         self._clock = clock_for(self.device)
         ddp = self.ctx.distributed and cfg.strategy == "ddp"
         self.comm: GradientComm | None = GradientComm(self._clock.mark) if ddp else None
+        self._switches = Switches(cfg, self.device, self.comm, self.ctx.world_size, announce=self.ctx.rank == 0)
         self.timer = StepTimer(self._clock, self.comm, tail_measured=cfg.strategy == "ddp",
                                distributed=self.ctx.distributed)
         self.run_dir = agree_on_run_dir(self.ctx, run_dir)
@@ -160,7 +161,6 @@ class Session(ProbeSteps, Switches):
         self.lifecycle = RunLifecycle(self.ctx, self.run_dir, record, rank)
         self.lifecycle.install_signal_handlers()
         self.target_steps: int | None = None
-        self.switch_log: list[dict[str, Any]] = []
         self._model: nn.Module | None = None
         self._started = False
         self._step = 0
@@ -169,10 +169,8 @@ class Session(ProbeSteps, Switches):
         self._flop_mode: FlopCounterMode | None = None
         self._flops = 0
         self._sync_ctx: contextlib.ExitStack | None = None
-        self._loader_batches = cfg.grad_accum  # loader batches per optimizer step (see set_grad_accum)
         self._cut: list[Any] = []  # micro-batches re-cut from this step's loader batches, not yet handed out
-        self._probes = ProbeQueue()
-        self._probe_state: str | None = None  # "batch", then "backward", while a probe pass is in the loop
+        self._probes = ProbeSteps(self._switches)
         self._window_steps: list[StepRecord] = []
         self._windows = 0
         self.energy: EnergyCallback | None = None
@@ -233,6 +231,90 @@ class Session(ProbeSteps, Switches):
     def model(self) -> nn.Module | None:
         """The model :meth:`wrap` returned (``None`` before)."""
         return self._model
+
+    # -- what tuners change between steps, and the state a checkpoint keeps ----------------------------------
+
+    @property
+    def precision(self) -> Precision:
+        """The current precision (:meth:`set_precision` changes it; a probe pass runs in its own)."""
+        return self._switches.precision
+
+    @property
+    def grad_accum(self) -> int:
+        """Micro-batches per optimizer step (:meth:`set_grad_accum` changes it)."""
+        return self._switches.grad_accum
+
+    @property
+    def switch_log(self) -> list[dict[str, Any]]:
+        """Every switch so far, in order: ``{"step", "setting", "value"}``."""
+        return self._switches.log
+
+    @property
+    def switches(self) -> dict[str, Switch]:
+        """The settings a tuner may change between optimizer steps, with whether each changes numerics."""
+        return self._switches.current()
+
+    def set_precision(self, name: str) -> None:
+        """Train in precision ``name`` from the next micro-batch on (changes numerics unless ``32-true``)."""
+        self._check_between_steps("precision")
+        self._switches.set_precision(name, self._step)
+
+    def set_grad_accum(self, micro_batches: int, *, keep_global_batch: bool = False) -> None:
+        """Take ``micro_batches`` micro-batches per optimizer step from the next step on.
+
+        Args:
+            micro_batches: Micro-batches per optimizer step.
+            keep_global_batch: Keep the samples of each step: the Session joins the loader batches a step took
+                so far and cuts them into ``micro_batches`` equal micro-batches (:mod:`dtpo.session.rebatch`),
+                which leaves every update as it was. Otherwise each loader batch stays a micro-batch, so the
+                global batch (and the optimisation) changes with the accumulation.
+        """
+        self._check_between_steps("grad_accum")
+        self._switches.set_grad_accum(micro_batches, self._step, keep_global_batch=keep_global_batch)
+
+    def set_compression(self, name: str, powersgd_rank: int | None = None, *, error_feedback: bool = True) -> None:
+        """Compress gradients with ``name`` (``none``, ``fp16``, ``bf16``, ``powersgd``) from the next step on.
+
+        Raises:
+            ConfigError: Not a DDP run with several processes, or the backend cannot do it (16-bit floats on MPI).
+        """
+        self._check_between_steps("compression")
+        self._switches.set_compression(name, self._step, powersgd_rank, error_feedback=error_feedback)
+
+    def keep_probe_batch(self) -> None:
+        """Keep a copy of the next micro-batch as the batch every probe runs on."""
+        self._probes.keep_next_batch()
+
+    def request_probe(self, request: ProbeRequest) -> None:
+        """Run a probe (:mod:`dtpo.session.probe`) before the next optimizer step; every rank must ask for the
+        same probes at the same step. ``request.done`` gets the result."""
+        self._probes.request(request)
+
+    def state_dict(self) -> dict[str, Any]:
+        """This rank's training state: ``step`` (optimizer steps done), ``switches``, the gradient ``scaler``
+        (``16-mixed``) and the ``data`` position of the current :meth:`batches` call; what checkpoints save
+        besides the model, the optimizers, the RNG states and the callbacks."""
+        scaler = self.precision.scaler
+        return {"step": self._step, "switches": self._switches.state_dict(),
+                "scaler": scaler.state_dict() if scaler is not None else None,
+                "data": self.checkpoints.data.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned, between optimizer steps: the switches through their
+        ``set_*`` methods, and training continues at ``state["step"]`` (a new warm-up counts from there); the
+        next :meth:`batches` call moves its iterable to the saved data position."""
+        self._check_between_steps("the state")
+        self._switches.load_state_dict(state["switches"])
+        scaler = self.precision.scaler
+        if state.get("scaler") is not None and scaler is not None:
+            scaler.load_state_dict(state["scaler"])
+        self.checkpoints.data.load_state_dict(state["data"])
+        self.start_step = self._step = int(state["step"])
+
+    def _check_between_steps(self, what: str) -> None:
+        if self._micro != 0 or self.timer.batch_ready is not None or self.timer.backward_done:
+            raise RuntimeError(f"{what} can change only between optimizer steps (not inside an accumulation "
+                               "window or between backward and step)")
 
     # -- the training loop ----------------------------------------------------------------------------
 
@@ -322,7 +404,7 @@ class Session(ProbeSteps, Switches):
             first = self._micro == 0
             if first:
                 if self._probes.pending:
-                    yield from self._run_probes()
+                    yield from self._probes.run()
                 self._dispatch("on_step_begin", self._step)
             timer.batch_requested(first)
             try:
@@ -344,10 +426,7 @@ class Session(ProbeSteps, Switches):
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of a micro-batch's loss, scaled by ``1 / grad_accum`` so k micro-batches equal one
         k-times larger batch, and through the gradient scaler for ``16-mixed``."""
-        if self._probe_state == "batch":
-            self._probe_state = "backward"
-            self.precision.backward(loss)
-            self._loss = loss.detach()
+        if self._probes.backward(loss):
             return
         if self.timer.batch_ready is None:
             raise RuntimeError("session.backward() must follow a batch from session.batches()")
@@ -371,8 +450,7 @@ class Session(ProbeSteps, Switches):
         Raises:
             DivergedError: The loss is NaN or infinite (the run ends with ``status: "diverged"``).
         """
-        if self._probe_state == "backward":
-            self._finish_probe_pass(optimizer)
+        if self._probes.step(optimizer, self._model):
             return False
         if not self.timer.backward_done:
             raise RuntimeError("session.step() must follow session.backward(loss)")
@@ -442,10 +520,11 @@ class Session(ProbeSteps, Switches):
 
     def _next_micro_batch(self, iterator: Iterator[Any]) -> Any:
         """The next micro-batch: the loader's own, or one re-cut from the step's loader batches."""
-        if self.grad_accum == self._loader_batches:
+        loader_batches = self._switches.loader_batches
+        if self.grad_accum == loader_batches:
             return next(iterator)
         if not self._cut:
-            self._cut = cut_batch(join_batches([next(iterator) for _ in range(self._loader_batches)]),
+            self._cut = cut_batch(join_batches([next(iterator) for _ in range(loader_batches)]),
                                   self.grad_accum)
         return self._cut.pop(0)
 
