@@ -58,6 +58,8 @@ class StepRecord:
         loss: The mean loss of the step's micro-batches, if the script reported them.
         started_at: Unix time (seconds, this host's clock) when the step asked for its first micro-batch;
             what traces and timelines align ranks on. ``None`` in records written before it existed.
+        tokens: Tokens this rank processed in the step, where the producer counts them (left out of the record
+            when ``None``).
     """
 
     step: int
@@ -72,6 +74,14 @@ class StepRecord:
     sync_wait_s: float | None = None
     loss: float | None = None
     started_at: float | None = None
+    tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As written into the record: every field, ``tokens`` only where counted."""
+        out = asdict(self)
+        if out["tokens"] is None:
+            del out["tokens"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> StepRecord:
@@ -135,7 +145,7 @@ class RankRecord:
         """A JSON-ready dict."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("steps", "peak_flops")}
         out["peak_flops"] = self.peak_flops.to_dict() if self.peak_flops is not None else None
-        out["steps"] = [asdict(s) for s in self.steps]
+        out["steps"] = [s.to_dict() for s in self.steps]
         if not self.checkpoints:  # records of runs without checkpoints stay as they were
             del out["checkpoints"]
         if self.evaluation is None:  # nor do those of scripts that do not evaluate
