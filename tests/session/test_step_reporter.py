@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from dtpo.session.step_reporter import StepReporter
 from dtpo.tune.cost import parse_cost
 from dtpo.tune.simulated import default_setting, oracle, true_cost
 
+REPO = Path(__file__).resolve().parents[2]
 GOAL = 1.02  # the choice's true cost within 2 % of the best setting of a noise-free sweep
 
 
@@ -135,3 +137,14 @@ def test_negative_samples_are_refused(tmp_path: Path) -> None:
             steps.step(samples=-1)
         steps.step(samples=4)
     assert [s.samples for s in RunRecord.load(tmp_path).ranks[0].steps] == [4]
+
+
+def test_the_plain_loop_example_writes_a_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _modelled_cpu(monkeypatch)
+    example = runpy.run_path(str(REPO / "examples" / "plain_loop.py"))
+    example["main"](["--steps", "14", "--run-dir", str(tmp_path)])
+    record = RunRecord.load(tmp_path)
+    (rank,) = record.ranks
+    assert record.status == "completed" and [s.samples for s in rank.steps] == [64] * 14
+    assert [(w["first_step"], w["last_step"]) for w in rank.energy["windows"]] == [(2, 11), (12, 13)]
+    assert record.totals["samples"]["value"] == 12 * 64

@@ -14,9 +14,10 @@ knobs and the power/clock tuner (``TuneConfig(knob="power-limit")``), progress a
             steps.step(samples=len(x))
 
 A step runs from the end of the previous one (the first: from entering the ``with`` block) to the call of
-:meth:`StepReporter.step`; the whole step counts as compute (:func:`~dtpo.core.steps.plain_step`). What needs
-the finer marks of the Session (straggler slack from gradient-ready times, the job knobs it switches between
-steps) is refused with a one-line error.
+:meth:`StepReporter.step` (on a GPU, to the end of the work queued before it: the call waits for the device,
+as the Session does at each step's end); the whole step counts as compute (:func:`~dtpo.core.steps.plain_step`).
+What needs the finer marks of the Session (straggler slack from gradient-ready times, the job knobs it switches
+between steps) is refused with a one-line error.
 """
 
 from __future__ import annotations
@@ -177,6 +178,8 @@ class StepReporter:
             raise RuntimeError("StepReporter.step() after finish()")
         self.start()
         assert self._step_start is not None
+        if self.device.type == "cuda":  # the host runs ahead of the GPU: the step ends when its work is done
+            torch.cuda.synchronize(self.device)
         step = self._step
         record = plain_step(step, step < self.start_step + self.config.warmup_steps, int(samples),
                             self._started_at, self.clock() - self._step_start, self.ctx.distributed,
