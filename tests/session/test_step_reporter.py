@@ -14,6 +14,7 @@ from dtpo.core.callbacks import Callback
 from dtpo.core.config import EnergyConfig, TuneConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
+from dtpo.core.steps import RunView, TunableRun
 from dtpo.devices.base import KnobState
 from dtpo.devices.discovery import Discovery
 from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig
@@ -148,3 +149,22 @@ def test_the_plain_loop_example_writes_a_record(tmp_path: Path, monkeypatch: pyt
     assert record.status == "completed" and [s.samples for s in rank.steps] == [64] * 14
     assert [(w["first_step"], w["last_step"]) for w in rank.energy["windows"]] == [(2, 11), (12, 13)]
     assert record.totals["samples"]["value"] == 12 * 64
+
+
+def public(protocol: type) -> list[str]:
+    """A protocol's members: methods, properties and annotated attributes."""
+    names = set(protocol.__dict__) | set(protocol.__dict__.get("__annotations__", {}))
+    return sorted(name for name in names if not name.startswith("_"))
+
+
+def test_both_producers_offer_everything_a_callback_may_read(tmp_path: Path) -> None:
+    members = public(RunView)
+    assert {"rank", "world_size", "ctx", "device", "run_dir", "record", "rank_record", "start_step"} <= set(members)
+    with StepReporter(run_dir=tmp_path / "plain", energy=False, progress=False, summary=False) as reporter:
+        assert [name for name in members if not hasattr(reporter, name)] == []
+    session = dtpo.Session(run_dir=tmp_path / "session", energy=False, progress=False, summary=False)
+    try:
+        assert [name for name in members if not hasattr(session, name)] == []
+        assert [name for name in public(TunableRun) if not hasattr(session, name)] == []
+    finally:
+        session.finish()
