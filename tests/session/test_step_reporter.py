@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_ranks
 
 import dtpo
 from dtpo.core.callbacks import Callback
@@ -168,3 +169,17 @@ def test_both_producers_offer_everything_a_callback_may_read(tmp_path: Path) -> 
         assert [name for name in public(TunableRun) if not hasattr(session, name)] == []
     finally:
         session.finish()
+
+
+def _example_rank(rank: int, world_size: int, out: str) -> None:
+    runpy.run_path(str(REPO / "examples" / "plain_loop.py"))["main"](["--steps", "8", "--run-dir", out])
+
+
+def test_the_example_under_two_ranks_joins_the_scripts_own_process_group(tmp_path: Path) -> None:
+    run_ranks(_example_rank, 2, str(tmp_path))
+    record = RunRecord.load(tmp_path)
+    assert record.status == "completed" and [r.rank for r in record.ranks] == [0, 1]
+    for rank in record.ranks:
+        assert [s.samples for s in rank.steps] == [64] * 8
+        assert all(s.tail_s is None and s.compute_s == s.step_s for s in rank.steps)  # no finer marks
+    assert record.config["world_size"] == 2 and record.totals["samples"]["value"] == 2 * 6 * 64
