@@ -64,7 +64,8 @@ class StepReporter:
         flush_every: Write this rank's partial record every N steps.
         config: Extra settings to keep in the record (under ``config["user"]``).
         run_config: A whole :class:`~dtpo.core.config.RunConfig`; its session, energy, knob and tune sections
-            replace the arguments above.
+            (and its run directory, where ``run_dir`` is not given) replace the arguments above. What a plain
+            loop does not say (precision, strategy) keeps the session section's defaults in the record.
         clock: Seconds for step times and the tuner's blocks (``time.perf_counter``; tests pass their own).
 
     Raises:
@@ -95,7 +96,7 @@ class StepReporter:
         self.start_step = 0
         self.clock = clock
         self.ctx: DistContext = join(device, run_config.launch.backend)
-        self.run_dir = agree_on_run_dir(self.ctx, run_dir)
+        self.run_dir = agree_on_run_dir(self.ctx, run_dir or run_config.launch.run_dir)
         self._print_summary = summary and not os.environ.get("DTPO_LAUNCHED")
         record = new_record(self.ctx, self.run_dir, run_config, config)
         rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device))
