@@ -21,11 +21,12 @@ from dtpo.core.config import (
 __version__ = "0.1.0"
 
 __all__ = ["Callback", "CheckpointConfig", "EnergyConfig", "JobTuneCallback", "KnobConfig", "LaunchConfig",
-           "RunConfig", "Session", "SessionConfig", "Switch", "TuneConfig", "Window", "WorkloadConfig", "__version__"]
+           "RunConfig", "Session", "SessionConfig", "StepReporter", "Switch", "TuneConfig", "Window", "WorkloadConfig",
+           "__version__"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Session", "Switch"):
+    if name in ("Session", "StepReporter", "Switch"):
         from dtpo import session
 
         return getattr(session, name)

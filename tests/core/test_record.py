@@ -23,6 +23,7 @@ from dtpo.core.record import (
     rank_record_path,
     write_json_atomic,
 )
+from dtpo.core.steps import plain_step
 
 
 def sample_record() -> RunRecord:
@@ -200,3 +201,12 @@ def test_atomic_writes_respect_the_umask(tmp_path: Path, umask: int) -> None:
         assert current_umask() == umask
     finally:
         os.umask(old)
+
+
+def test_tokens_are_kept_where_counted_and_left_out_of_the_record_otherwise() -> None:
+    rank = RankRecord(0, 0, "node", "cpu", steps=[plain_step(0, False, 8, 1.0, 0.1, False),
+                                                  plain_step(1, False, 8, 1.1, 0.1, False, tokens=512)])
+    steps = rank.to_dict()["steps"]
+    assert "tokens" not in steps[0] and steps[1]["tokens"] == 512
+    again = RankRecord.from_dict(rank.to_dict())
+    assert [s.tokens for s in again.steps] == [None, 512]

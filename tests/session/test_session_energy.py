@@ -15,7 +15,7 @@ from dtpo.core.config import EnergyConfig
 from dtpo.core.record import RunRecord
 from dtpo.devices.base import Device, DeviceError, DeviceInfo
 from dtpo.devices.discovery import Discovery
-from dtpo.session import session as session_module
+from dtpo.session import builtin_callbacks
 
 
 def _train(rank: int, world_size: int, out: str) -> None:
@@ -65,7 +65,7 @@ class FailingDevice(Device):
 
 def test_a_device_that_fails_mid_run_is_recorded_lost_and_training_goes_on(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(session_module, "discover",
+    monkeypatch.setattr(builtin_callbacks, "discover",
                         lambda **kwargs: Discovery([FailingDevice()], ["gpu: gpu-flaky via nvml-counter"]))
     with dtpo.Session(warmup_steps=0, progress=False, summary=False, run_dir=tmp_path,
                       window_steps=2,

@@ -59,6 +59,8 @@ class StepRecord:
         loss: The mean loss of the step's micro-batches, if the script reported them.
         started_at: Unix time (seconds, this host's clock) when the step asked for its first micro-batch;
             what traces and timelines align ranks on. ``None`` in records written before it existed.
+        tokens: Tokens this rank processed in the step, where the producer counts them (left out of the record
+            when ``None``).
     """
 
     step: int
@@ -73,6 +75,14 @@ class StepRecord:
     sync_wait_s: float | None = None
     loss: float | None = None
     started_at: float | None = None
+    tokens: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """As written into the record: every field, ``tokens`` only where counted."""
+        out = asdict(self)
+        if out["tokens"] is None:
+            del out["tokens"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> StepRecord:
@@ -153,7 +163,7 @@ class RankRecord:
         for name in self._SECTIONS:
             section = getattr(self, name)
             out[name] = section.to_dict() if section is not None else None
-        out["steps"] = [asdict(s) for s in self.steps]
+        out["steps"] = [s.to_dict() for s in self.steps]
         if not self.checkpoints:  # records of runs without checkpoints stay as they were
             del out["checkpoints"]
         if self.evaluation is None:  # nor do those of scripts that do not evaluate

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import KnobConfig
+from dtpo.core.record import RankRecord
 from dtpo.core.record_sections import KnobSection
+from dtpo.core.steps import RunView
 from dtpo.core.tuner_status import ClockLock
 from dtpo.devices.base import Device, DeviceError, KnobError
 from dtpo.devices.knobs import KnobController, log_knob_action
@@ -74,13 +75,13 @@ class KnobCallback(Callback):
         self.gpus = gpus
         self.controller: KnobController | None = None
 
-    def on_train_start(self, session: Any) -> None:
+    def on_train_start(self, session: RunView) -> None:
         """Set the knobs (a CPU run says once, on rank 0, that nothing was applied)."""
         if not self.gpus and session.rank != 0:
             return
         self.controller = start_knobs(self.config, self.gpus)
 
-    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+    def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
         """Put the GPUs' original settings back and say in the record what was (not) applied."""
         controller = self.controller
         self.restore()

@@ -32,7 +32,9 @@ import torch.distributed as dist
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import PRECISIONS, TuneConfig
 from dtpo.core.errors import ConfigError
+from dtpo.core.record import RankRecord, StepRecord
 from dtpo.core.record_sections import JobTuning
+from dtpo.core.steps import TunableRun
 from dtpo.core.tuner_status import TunerState
 from dtpo.session.precision import Precision
 from dtpo.session.probe import ProbeRequest, ProbeResult
@@ -117,7 +119,7 @@ class JobTuneCallback(Callback):
 
     # -- start ---------------------------------------------------------------------------------------------
 
-    def on_train_start(self, session: Any) -> None:
+    def on_train_start(self, session: TunableRun) -> None:
         """Keep the first batch for probes; the tuner is built once a step has shown the batch size.
 
         Raises:
@@ -128,7 +130,7 @@ class JobTuneCallback(Callback):
                               "--no-energy, or tune for --cost time")
         session.keep_probe_batch()
 
-    def _build(self, session: Any, first: Block) -> PowerTuner:
+    def _build(self, session: TunableRun, first: Block) -> PowerTuner:
         """The tuner, from the first block at the starting setting: its samples per step size the accumulation
         choices, and its power stands in for the job's maximum power in Zeus's cost (what an hour costs)."""
         comm = session.comm
@@ -174,7 +176,7 @@ class JobTuneCallback(Callback):
             self._resume_search(session, saved)
         return self.tuner
 
-    def _usable_precisions(self, session: Any) -> tuple[str, ...]:
+    def _usable_precisions(self, session: TunableRun) -> tuple[str, ...]:
         """Precisions whose matmul peak on this device is within ``screen_slowdown`` of float32's (the same
         list on every rank: each keeps a precision only if all ranks can)."""
         if "precision" not in self.names:
@@ -206,11 +208,11 @@ class JobTuneCallback(Callback):
 
     # -- per step ------------------------------------------------------------------------------------------
 
-    def _energy(self, session: Any) -> float:
+    def _energy(self, session: TunableRun) -> float:
         energy = getattr(session, "energy", None)
         return sum(energy.monitor.snapshot().energy_j.values()) if energy is not None else 0.0
 
-    def on_step_begin(self, session: Any, step: int) -> None:
+    def on_step_begin(self, session: TunableRun, step: int) -> None:
         """Open a block."""
         saved = self._resumed
         if saved and not saved["holding"] and self.tuner is None:
@@ -222,7 +224,7 @@ class JobTuneCallback(Callback):
         self._energy_start = self._energy(session)
         self._block_start = self.clock()
 
-    def on_step_end(self, session: Any, step_record: Any) -> None:
+    def on_step_end(self, session: TunableRun, step_record: StepRecord) -> None:
         """Count the step; at the end of a block agree on its figures, feed the tuner, move to its answer."""
         if self._block_start is None or step_record.warmup:
             return
@@ -256,7 +258,7 @@ class JobTuneCallback(Callback):
             wanted = self._judge_comm_share(wanted)
         self._move_to(session, wanted)
 
-    def _close_block(self, session: Any) -> tuple[Block, list[float], float]:
+    def _close_block(self, session: TunableRun) -> tuple[Block, list[float], float]:
         """The block's figures agreed over ranks: samples and energy summed, the longest time, each step's loss
         averaged, and the exposed-communication share averaged."""
         assert self._block_start is not None
@@ -280,7 +282,7 @@ class JobTuneCallback(Callback):
 
     # -- the guard -----------------------------------------------------------------------------------------------
 
-    def _check_loss(self, session: Any, setting: JobSetting, wanted: JobSetting) -> JobSetting:
+    def _check_loss(self, session: TunableRun, setting: JobSetting, wanted: JobSetting) -> JobSetting:
         """Reject the setting in force when its loss rose clearly above the loss it inherited."""
         tuner = self.tuner
         assert tuner is not None
@@ -328,7 +330,7 @@ class JobTuneCallback(Callback):
     def _needs_probe(self, setting: JobSetting) -> bool:
         return setting.changes_numerics and setting not in self.verdicts
 
-    def _move_to(self, session: Any, wanted: JobSetting) -> None:
+    def _move_to(self, session: TunableRun, wanted: JobSetting) -> None:
         """Apply ``wanted``, after its probes when it changes numerics and has none yet; a setting the guard
         refuses is rejected and the tuner's next answer taken instead."""
         tuner = self.tuner
@@ -344,7 +346,7 @@ class JobTuneCallback(Callback):
             self._apply(session, wanted)
             return
 
-    def _request_probes(self, session: Any, setting: JobSetting) -> None:
+    def _request_probes(self, session: TunableRun, setting: JobSetting) -> None:
         """Probe ``setting`` and every other unjudged candidate of the current knob that changes numerics,
         after one exact probe: all at the same weights, on the same batch. The verdicts come with the last."""
         tuner = self.tuner
@@ -363,7 +365,7 @@ class JobTuneCallback(Callback):
     def _exact_done(self, result: ProbeResult) -> None:
         self._exact = result
 
-    def _probe_done(self, session: Any, setting: JobSetting, result: ProbeResult, last: bool) -> None:
+    def _probe_done(self, session: TunableRun, setting: JobSetting, result: ProbeResult, last: bool) -> None:
         """Judge one probed candidate against the exact probe of the same round; after the round's last, move
         on to the setting the tuner asked for (or its next choice, if the guard refused it)."""
         assert self._exact is not None
@@ -386,7 +388,7 @@ class JobTuneCallback(Callback):
 
     # -- applying ------------------------------------------------------------------------------------------------
 
-    def _apply(self, session: Any, setting: JobSetting) -> None:
+    def _apply(self, session: TunableRun, setting: JobSetting) -> None:
         current = self.applied
         if current is None or setting.precision != current.precision:
             session.set_precision(setting.precision)
@@ -426,7 +428,7 @@ class JobTuneCallback(Callback):
         self.screened = dict(state["screened"])
         self.trajectory = list(state["trajectory"])
 
-    def _resume_search(self, session: Any, saved: dict[str, Any]) -> None:
+    def _resume_search(self, session: TunableRun, saved: dict[str, Any]) -> None:
         tuner = self.tuner
         assert tuner is not None
         self._resumed = None
@@ -454,7 +456,7 @@ class JobTuneCallback(Callback):
         """Job knobs leave the SM clock alone."""
         return None
 
-    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+    def on_rank_end(self, session: TunableRun, rank_record: RankRecord) -> None:
         """Put what was tried, what the guard said and the choice in this rank's record."""
         section = JobTuning(self.config.knob, self.metric.name, screened=dict(self.screened))
         if self.tuner is None:
@@ -480,7 +482,7 @@ class JobTuneCallback(Callback):
         rank_record.tuning = replace(section, report=report)
 
 
-def _in_force(session: Any) -> JobSetting:
+def _in_force(session: TunableRun) -> JobSetting:
     """The Session's precision, accumulation and compression now."""
     comm = session.comm
     return JobSetting(session.precision.name, session.grad_accum, comm.compression if comm is not None else "none",

@@ -22,6 +22,8 @@ from typing import Any
 
 from dtpo.core.callbacks import Callback, Window
 from dtpo.core.config import parse_metrics_addr
+from dtpo.core.record import RunRecord, StepRecord
+from dtpo.core.steps import RunView
 from dtpo.core.tuner_status import SlackStatus, TunerStatus
 from dtpo.devices.base import Device, DeviceError
 from dtpo.telemetry.metrics import RankMetrics
@@ -56,7 +58,7 @@ class MetricsCallback(Callback):
 
     # -- start ---------------------------------------------------------------------------------------------
 
-    def on_train_start(self, session: Any) -> None:
+    def on_train_start(self, session: RunView) -> None:
         """Open this rank's metrics; local rank 0 prepares the node's folder and starts serving it."""
         try:
             self._start(session)
@@ -97,7 +99,7 @@ class MetricsCallback(Callback):
 
     # -- per step, per window ------------------------------------------------------------------------------
 
-    def on_step_end(self, session: Any, step_record: Any) -> None:
+    def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
         """Step time and counts; the step's parts go into the window's sums."""
         metrics = self.metrics
         if metrics is None:
@@ -118,7 +120,7 @@ class MetricsCallback(Callback):
         except Exception as exc:
             self._fail("step update failed", exc)
 
-    def on_window_end(self, session: Any, window: Window) -> None:
+    def on_window_end(self, session: RunView, window: Window) -> None:
         """Everything measured once a window: throughput, shares, sync wait, energy, GPUs, knobs, tuners."""
         if self.metrics is None:
             return
@@ -210,7 +212,7 @@ class MetricsCallback(Callback):
 
     # -- end -----------------------------------------------------------------------------------------------
 
-    def on_train_end(self, session: Any, record: Any) -> None:
+    def on_train_end(self, session: RunView, record: RunRecord | None) -> None:
         """After the record is written: stop serving (local rank 0) and close this rank's metric files."""
         self.close()
 

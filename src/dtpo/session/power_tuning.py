@@ -29,7 +29,9 @@ import torch.distributed as dist
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import TuneConfig
+from dtpo.core.record import RankRecord, StepRecord
 from dtpo.core.record_sections import PowerTuning
+from dtpo.core.steps import RunView
 from dtpo.core.tuner_status import ClockLock, TunerState
 from dtpo.devices.base import Device, KnobError, KnobLimits
 from dtpo.devices.knobs import KnobController, log_knob_action
@@ -81,7 +83,7 @@ class TuneCallback(Callback):
 
     # -- start ---------------------------------------------------------------------------------------------
 
-    def on_train_start(self, session: Any) -> None:
+    def on_train_start(self, session: RunView) -> None:
         """Build the tuner from the GPUs' knob ranges and put them at the default setting."""
         limits = self.gpus[0].knob_limits() if self.gpus else None
         if not self._ranks_agree(session, limits):
@@ -106,7 +108,7 @@ class TuneCallback(Callback):
             self._to_model_mode()
 
     @staticmethod
-    def _ranks_agree(session: Any, limits: KnobLimits | None) -> bool:
+    def _ranks_agree(session: RunView, limits: KnobLimits | None) -> bool:
         """Whether every rank has GPU knobs with the same power-limit range (one all-reduce pair when distributed):
         ranks must search the same candidates to reach the same decisions."""
         mine = [1.0, limits.min_power_limit_w, limits.max_power_limit_w] if limits is not None else [0.0, 0.0, 0.0]
@@ -141,14 +143,14 @@ class TuneCallback(Callback):
     def _energy(self) -> float:
         return sum(gpu.energy_j() for gpu in self.gpus)
 
-    def on_step_begin(self, session: Any, step: int) -> None:
+    def on_step_begin(self, session: RunView, step: int) -> None:
         """Open a block: the time and energy it starts at."""
         if self.tuner is None or self._block_start is not None:
             return
         self._energy_start = self._energy()
         self._block_start = self.clock()
 
-    def on_step_end(self, session: Any, step_record: Any) -> None:
+    def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
         """Count the step; at the end of a block, agree on its figures across ranks and feed the tuner."""
         tuner = self.tuner
         if tuner is None or self._block_start is None:
@@ -172,7 +174,7 @@ class TuneCallback(Callback):
         if wanted != self.applied:
             self._apply(wanted, self.applied)
 
-    def _close_block(self, session: Any) -> Block:
+    def _close_block(self, session: RunView) -> Block:
         assert self._block_start is not None
         elapsed = self.clock() - self._block_start
         energy = self._energy() - self._energy_start
@@ -188,7 +190,7 @@ class TuneCallback(Callback):
 
     # -- profiles -------------------------------------------------------------------------------------------
 
-    def fingerprint(self, session: Any) -> JobFingerprint:
+    def fingerprint(self, session: RunView) -> JobFingerprint:
         """This job's identity for saved profiles."""
         rank = session.lifecycle.rank
         samples = max(session.lifecycle.rank.steps[-1].samples, 1) if rank.steps else 0
@@ -198,7 +200,7 @@ class TuneCallback(Callback):
             flops_per_step=float(rank.flops_per_step or 0.0), knob=self.config.knob or "power-limit",
             grid=f"{self.config.step_w:g}W", workload=str(session.run_config.workload.name))
 
-    def _check_profile(self, session: Any) -> None:
+    def _check_profile(self, session: RunView) -> None:
         """Rank 0 reads a saved profile and shares it, so every rank starts from the same figures."""
         self._profile_checked = True
         self._fingerprint = self.fingerprint(session)
@@ -218,7 +220,7 @@ class TuneCallback(Callback):
                 log.info("tune: saved profile %s of this job: holding %s without profiling",
                          self._store.path(self._fingerprint), choice.label)
 
-    def _save_profile(self, session: Any) -> None:
+    def _save_profile(self, session: RunView) -> None:
         self._profile_saved = True
         if session.rank != 0 or self.tuner is None or self._fingerprint is None:
             return
@@ -229,7 +231,7 @@ class TuneCallback(Callback):
 
     # -- model mode ----------------------------------------------------------------------------------------
 
-    def _model_block(self, session: Any, block: Block) -> None:
+    def _model_block(self, session: RunView, block: Block) -> None:
         """Measure the default on the real GPU, then tune a model of this GPU matched to it."""
         tuner = self.tuner
         assert tuner is not None
@@ -308,7 +310,7 @@ class TuneCallback(Callback):
             return None
         return ClockLock(float(self.applied.sm_clock_mhz or 0.0))
 
-    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+    def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
         """Restore the GPUs, then put the tuning report in this rank's record."""
         self.restore()
         if self.tuner is None:

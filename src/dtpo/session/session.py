@@ -11,12 +11,15 @@ A plain DDP loop becomes a dtpo loop by changing about five lines::
         session.step(optimizer)                                     # steps at the end of each window
     session.finish()                                                # gathers ranks, writes the record
 
-The Session is three parts: a :class:`~dtpo.session.timer.StepTimer` (the marks of each step), a
-:class:`~dtpo.session.lifecycle.RunLifecycle` (run dir, record, partial flushes, signals, gather, save) and
-a list of :class:`~dtpo.core.callbacks.Callback` s (energy windows, GPU knobs, progress, partial flushes,
-and whatever the user passes). The knobs a tuner turns (precision, gradient accumulation, gradient
-compression) are held by its :class:`~dtpo.session.switches.Switches` and can change between optimizer steps
-through :meth:`Session.set_precision`, :meth:`Session.set_grad_accum` and :meth:`Session.set_compression`;
+The Session is the richest producer of the step stream (:mod:`dtpo.core.steps`): a
+:class:`~dtpo.session.timer.StepTimer` gives every mark of each step, and a
+:class:`~dtpo.session.stream_run.StreamRun` does the rest, as for any producer: the
+:class:`~dtpo.session.lifecycle.RunLifecycle` (run dir, record, partial flushes, signals, gather, save) and the
+:class:`~dtpo.core.callbacks.Callback` s (energy windows, GPU knobs, progress, partial flushes, and whatever the
+user passes) that its :class:`~dtpo.core.stream.StepStream` feeds with steps and windows. The knobs a tuner
+turns (precision, gradient accumulation, gradient compression) are held by its
+:class:`~dtpo.session.switches.Switches` and can change between optimizer steps through
+:meth:`Session.set_precision`, :meth:`Session.set_grad_accum` and :meth:`Session.set_compression`;
 ``dtpo.Session(tune=dtpo.TuneConfig(knob="precision,grad-accum,compression", cost="energy"))`` has dtpo turn
 them itself, toward the cost, with every numerics change guarded (:mod:`dtpo.session.job_tuning`) on probe
 steps (:class:`~dtpo.session.probe_steps.ProbeSteps`). :meth:`Session.state_dict` is what checkpoints keep of
@@ -37,7 +40,7 @@ from torch import nn
 from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
-from dtpo.core.callbacks import Callback, Window
+from dtpo.core.callbacks import Callback
 from dtpo.core.config import (
     CheckpointConfig,
     EnergyConfig,
@@ -49,35 +52,26 @@ from dtpo.core.config import (
 from dtpo.core.errors import ConfigError
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
-from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, StepRecord
-from dtpo.devices.discovery import discover
+from dtpo.core.record import RankRecord, RunRecord
 from dtpo.dist.comm_timing import GradientComm
-from dtpo.dist.process_group import DistContext, join, leave
+from dtpo.dist.process_group import DistContext, join
 from dtpo.dist.wrap import wrap_model
-from dtpo.session.builtin_callbacks import ArtifactsCallback, FlushCallback, ProgressCallback
 from dtpo.session.checkpoint import Checkpoints
 from dtpo.session.clock import clock_for
 from dtpo.session.divergence import check_loss
-from dtpo.session.environment import describe_device, environment
-from dtpo.session.gpu_knobs import KnobCallback, rank_gpus
-from dtpo.session.job_tuning import JobTuneCallback
-from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir, now_iso
+from dtpo.session.environment import describe_device
+from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir
 from dtpo.session.mfu import peak_flops
-from dtpo.session.power_tuning import TuneCallback
 from dtpo.session.precision import Precision
 from dtpo.session.probe import ProbeRequest
 from dtpo.session.probe_steps import ProbeSteps
 from dtpo.session.rebatch import cut_batch, join_batches
 from dtpo.session.step_energy import EnergyCallback
-from dtpo.session.straggler_tuning import StragglerCallback
+from dtpo.session.stream_run import StreamRun, new_record
 from dtpo.session.switches import Switch, Switches
 from dtpo.session.timer import StepTimer
-from dtpo.telemetry.summary import print_summary
 
 log = logging.getLogger(__name__)
-
-
-_HOOKS = ("on_train_start", "on_step_begin", "on_step_end", "on_window_end", "on_rank_end", "on_train_end")
 
 
 class Session:
@@ -147,19 +141,14 @@ class Session:
                                distributed=self.ctx.distributed)
         self.run_dir = agree_on_run_dir(self.ctx, run_dir)
         self._print_summary = summary and not LaunchContract.from_environ().launched
-        record_config = run_config.to_dict()
-        record_config["launch"]["run_dir"] = str(self.run_dir)
-        record_config["world_size"] = self.ctx.world_size
-        if config:
-            record_config["user"] = dict(config)
-        record = RunRecord(run_id=self.run_dir.name, status="running", started_at=now_iso(),
-                           config=record_config, environment=environment(self.ctx))
-        record.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0) or 0)
+        record = new_record(self.ctx, self.run_dir, run_config, config)
         peak = peak_flops(self.device, self.precision.compute_dtype) if cfg.count_flops else None
         rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device),
                           peak_flops=peak.to_dict() if peak else None)
-        self.lifecycle = RunLifecycle(self.ctx, self.run_dir, record, rank)
-        self.lifecycle.install_signal_handlers()
+        self._run = StreamRun(self, self.ctx, self.run_dir, run_config, record, rank, callbacks, progress,
+                              settings=lambda: {name: switch.value for name, switch in self.switches.items()})
+        self.lifecycle: RunLifecycle = self._run.lifecycle
+        self.energy: EnergyCallback | None = self._run.energy
         self.target_steps: int | None = None
         self._model: nn.Module | None = None
         self._started = False
@@ -171,16 +160,6 @@ class Session:
         self._sync_ctx: contextlib.ExitStack | None = None
         self._cut: list[Any] = []  # micro-batches re-cut from this step's loader batches, not yet handed out
         self._probes = ProbeSteps(self._switches)
-        self._window_steps: list[StepRecord] = []
-        self._windows = 0
-        self.energy: EnergyCallback | None = None
-        self.callbacks: list[Callback] = self._builtin_callbacks(run_config, progress) + list(callbacks)
-        self.callbacks.append(FlushCallback(cfg.flush_every, cfg.warmup_steps))
-        if not LaunchContract.from_environ().launched:  # under dtpo launch, the launcher writes them once final
-            self.callbacks.append(ArtifactsCallback())
-        self._listeners: dict[str, list[Any]] = {}
-        self._listeners_of: list[Callback] | None = None
-        self._listened = 0
         self.start_step = 0  # the step this attempt started at: more than 0 after resuming from a checkpoint
         self.checkpoints = Checkpoints(run_config.checkpoint, self.ctx, self.run_dir, record.attempt)
 
@@ -216,6 +195,16 @@ class Session:
     def step_count(self) -> int:
         """Optimizer steps done so far."""
         return self._step
+
+    @property
+    def callbacks(self) -> list[Callback]:
+        """Every callback in call order: the built-in ones (knobs, tuner, energy, progress, metrics), yours, then
+        the partial-record flushes and artifacts. Changes to the list take effect at the next hook."""
+        return self._run.stream.callbacks
+
+    @callbacks.setter
+    def callbacks(self, callbacks: list[Callback]) -> None:
+        self._run.stream.callbacks = callbacks
 
     @property
     def record(self) -> RunRecord:
@@ -473,8 +462,7 @@ class Session:
     def close_window(self) -> None:
         """Close the open window of steps now (:meth:`finish` would close it), so that work after the last step,
         such as an evaluation, counts in no window, nor in the run's time and energy."""
-        if self._window_steps:
-            self._close_window()
+        self._run.stream.close_window()
 
     def note_evaluation(self, loss: float, samples: int) -> None:
         """Put the trained model's loss on a fixed evaluation set (``samples`` samples, the same in every run) in
@@ -497,20 +485,8 @@ class Session:
         except Exception as exc:  # a checkpoint that could not be completed must not cost the record
             log.warning("the last checkpoint could not be completed: %s", exc)
         self.close_window()
-        rank_record = self.lifecycle.rank
-        rank_record.switches = list(self.switch_log)
-        for callback in self.callbacks:
-            try:
-                callback.on_rank_end(self, rank_record)
-            except Exception as exc:  # one broken callback must not cost the record
-                log.warning("callback %s failed at the end of the run: %s", type(callback).__name__, exc)
-        record = self.lifecycle.finish(error)
-        if error is None:
-            leave(self.ctx)
-        self._dispatch("on_train_end", record)
-        if record is not None and self._print_summary:
-            print_summary(record, record_path=str(self.run_dir / RECORD_FILE))
-        return record
+        self.lifecycle.rank.switches = list(self.switch_log)
+        return self._run.finish(error, summary=self._print_summary)
 
     def __enter__(self) -> Session:
         return self
@@ -530,50 +506,9 @@ class Session:
 
     # -- internals ------------------------------------------------------------------------------------
 
-    def _builtin_callbacks(self, config: RunConfig, progress: bool) -> list[Callback]:
-        """Knobs first (restored before anything else at the end), then energy, then progress."""
-        out: list[Callback] = []
-        energy_devices = None
-        if config.energy.enabled:
-            found = discover(local_rank=self.ctx.local_rank, gpus=self.device.type == "cuda",
-                             node_shared=self.ctx.local_rank == 0, cpu_tdp_w=config.energy.cpu_tdp_w)
-            if self.is_main:
-                for note in found.notes:
-                    log.info("energy: %s", note)
-            self.energy = EnergyCallback(found, self.config.warmup_steps, config.energy.sample_interval_s)
-            energy_devices = found.devices
-        if config.knobs.requested:
-            gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
-            out.append(KnobCallback(config.knobs, gpus))
-        if config.tune.job_knobs:
-            out.append(JobTuneCallback(config.tune))
-        elif config.tune.knob == "stragglers":
-            gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
-            out.append(StragglerCallback(config.knobs.mode, gpus))
-        elif config.tune.knob is not None:
-            gpus = rank_gpus(energy_devices, self.ctx.local_rank, self.device.type == "cuda")
-            out.append(TuneCallback(config.tune, config.knobs.mode, gpus))
-        if self.energy is not None:
-            out.append(self.energy)
-        if progress:
-            out.append(ProgressCallback())
-        if config.telemetry.metrics_addr is not None:  # after energy and tuners: a window's figures are all in
-            from dtpo.session.metrics_callback import MetricsCallback
-
-            out.append(MetricsCallback(config.telemetry.metrics_addr))
-        return out
-
     def _dispatch(self, hook: str, *args: Any) -> None:
         """Call ``hook`` on the callbacks that implement it, in list order."""
-        listeners = self._listeners.get(hook)
-        if listeners is None or self._listeners_of is not self.callbacks or len(self.callbacks) != self._listened:
-            self._listeners = {name: [getattr(cb, name) for cb in self.callbacks
-                                      if getattr(type(cb), name, None) is not getattr(Callback, name)]
-                               for name in _HOOKS}
-            self._listeners_of, self._listened = self.callbacks, len(self.callbacks)
-            listeners = self._listeners[hook]
-        for method in listeners:
-            method(self, *args)
+        self._run.stream.dispatch(hook, *args)
 
     def _enter_micro_step(self) -> None:
         """Turn off gradient sync on all but the last micro-step; count FLOPs on the first step."""
@@ -614,20 +549,7 @@ class Session:
         self._step += 1
         self._micro = 0
         check_loss(loss, step, self.rank)
-        self._dispatch("on_step_end", record)
-        if not record.warmup:
-            self._window_steps.append(record)
-            if len(self._window_steps) >= self.config.window_steps:
-                self._close_window()
-
-    def _close_window(self) -> None:
-        steps, self._window_steps = self._window_steps, []
-        times = sorted(s.step_s for s in steps)
-        window = Window(index=self._windows, first_step=steps[0].step, last_step=steps[-1].step,
-                        time_s=sum(times), samples=sum(s.samples for s in steps), step_time_s=times[len(times) // 2],
-                        settings={name: switch.value for name, switch in self.switches.items()})
-        self._windows += 1
-        self._dispatch("on_window_end", window)
+        self._run.stream.step_end(record)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

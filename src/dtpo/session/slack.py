@@ -21,13 +21,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from dtpo.core.callbacks import Callback, Window
+from dtpo.core.record import RankRecord
 from dtpo.core.record_sections import SlackSection
+from dtpo.core.steps import RunView
 from dtpo.core.totals import ready_s, sync_waits
 from dtpo.core.tuner_status import SlackReading
 
@@ -98,11 +99,11 @@ class SlackCallback(Callback):
             return None
         return (recent[-1].wait_s[rank] - recent[0].wait_s[rank]) / (len(recent) - 1)
 
-    def on_train_start(self, session: Any) -> None:
+    def on_train_start(self, session: RunView) -> None:
         """Track slack only where there is something to compare: several DDP processes."""
         self._active = session.ctx.distributed and session.world_size > 1 and session.config.strategy == "ddp"
 
-    def on_window_end(self, session: Any, window: Window) -> None:
+    def on_window_end(self, session: RunView, window: Window) -> None:
         """Gather the window's ready times and tails of every rank, and work out each one's wait."""
         if not self._active or window.steps < session.config.window_steps:
             return
@@ -129,10 +130,10 @@ class SlackCallback(Callback):
         the others (``nan`` where unknown)."""
         return math.nan, False, math.nan
 
-    def on_slack(self, session: Any, slack: SlackWindow) -> None:
+    def on_slack(self, session: RunView, slack: SlackWindow) -> None:
         """Called on every rank with the same picture after each gathered window (for subclasses)."""
 
-    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+    def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
         """This rank's slack over the run, with the critical ranks seen, in its record."""
         if not self.history:
             return

@@ -16,6 +16,7 @@ from typing import Any
 
 from dtpo.core.callbacks import Callback, Window
 from dtpo.core.record import RankRecord, rank_record_path
+from dtpo.core.steps import RunView
 from dtpo.devices.discovery import Discovery
 from dtpo.energy.monitor import Monitor, Snapshot, WindowMeasurement
 from dtpo.telemetry.trace import TIMELINE_START
@@ -46,7 +47,7 @@ class EnergyCallback(Callback):
         self._run: WindowMeasurement | None = None
         self._closed = False
 
-    def on_step_begin(self, session: Any, step: int) -> None:
+    def on_step_begin(self, session: RunView, step: int) -> None:
         """Open the run window at the start of the first measured step."""
         if step == getattr(session, "start_step", 0) + self.warmup_steps and not self._open and self._run is None:
             snap = self.monitor.snapshot()
@@ -55,7 +56,7 @@ class EnergyCallback(Callback):
             self._boundary = snap
             self._open = True
 
-    def on_window_end(self, session: Any, window: Window) -> None:
+    def on_window_end(self, session: RunView, window: Window) -> None:
         """Fill the window's energy and open the next window at the same instant."""
         if not self._open:
             return
@@ -70,7 +71,7 @@ class EnergyCallback(Callback):
         if session.rank_record.energy is None:  # partial records written from now on carry the windows
             session.rank_record.energy = self.section(live=True)
 
-    def on_rank_end(self, session: Any, rank_record: RankRecord) -> None:
+    def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
         """Close the run window where the last window ended, stop the sampler, keep this rank's energy section
         and write its power timeline."""
         self.close()

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from dtpo.core.record import RankRecord
+from dtpo.core.steps import RunView
 from dtpo.core.tuner_status import ClockLock, TunerState
 from dtpo.devices.base import Device, DeviceError, KnobError
 from dtpo.devices.knobs import KnobController, log_knob_action
@@ -51,7 +53,7 @@ class StragglerCallback(SlackCallback):
         self.changes: list[dict[str, Any]] = []
         self._energy_mark: float | None = None
 
-    def on_train_start(self, session: Any) -> None:
+    def on_train_start(self, session: RunView) -> None:
         """Join the slack tracking; tune only if every rank has lockable clocks."""
         super().on_train_start(session)
         limits = self.gpus[0].knob_limits() if self.gpus else None
@@ -84,7 +86,7 @@ class StragglerCallback(SlackCallback):
         self._energy_mark = now
         return float(clock), self.lock is not None, energy
 
-    def on_slack(self, session: Any, slack: SlackWindow) -> None:
+    def on_slack(self, session: RunView, slack: SlackWindow) -> None:
         """Decide every rank's lock from the shared window; apply this rank's."""
         if self.policy is None or self.controller is None:
             return
@@ -147,7 +149,7 @@ class StragglerCallback(SlackCallback):
         applying = self.controller is not None and self.controller.mode == "apply"
         return ClockLock(float(self.lock or 0.0) if applying else None)
 
-    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+    def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
         """Restore the clocks, then add what was changed to this rank's slack record."""
         if self.controller is not None:
             self.controller.__exit__(None, None, None)
@@ -158,7 +160,7 @@ class StragglerCallback(SlackCallback):
                                         tuned=self.policy is not None)
 
 
-def _everyone(session: Any, mine: bool) -> bool:
+def _everyone(session: RunView, mine: bool) -> bool:
     """Whether ``mine`` holds on every rank (one all-reduce)."""
     flag = torch.tensor([1.0 if mine else 0.0], dtype=torch.float64, device=session.device)
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)

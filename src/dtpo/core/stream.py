@@ -1,0 +1,100 @@
+"""The driver of the step stream: step events in, windows and callback hooks out, whatever the producer.
+
+A producer (see :mod:`dtpo.core.steps`) tells a :class:`StepStream` when training starts, when each step
+begins and ends, and when the rank stops; the stream cuts the measured (post-warm-up) steps into windows of
+``window_steps`` and calls each callback's hooks in list order, with the producer as the host they read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from dtpo.core.callbacks import Callback
+from dtpo.core.record import RankRecord, RunRecord, StepRecord
+from dtpo.core.steps import RunView, Window
+
+log = logging.getLogger(__name__)
+
+HOOKS = ("on_train_start", "on_step_begin", "on_step_end", "on_window_end", "on_rank_end", "on_train_end")
+
+
+class StepStream:
+    """One rank's step stream: windows of measured steps and the callbacks that consume them.
+
+    Args:
+        host: The producer, passed to every hook.
+        callbacks: The callbacks in call order (the list is kept, not copied: a host may add to it).
+        window_steps: Measured steps per window.
+        settings: The switchable settings in force, for each window (default: none).
+    """
+
+    def __init__(self, host: RunView, callbacks: list[Callback], window_steps: int,
+                 settings: Callable[[], dict[str, Any]] | None = None) -> None:
+        self.host = host
+        self.callbacks = callbacks
+        self.window_steps = window_steps
+        self.settings = settings or dict
+        self.windows = 0  # windows closed so far
+        self._open: list[StepRecord] = []  # measured steps of the open window
+        self._listeners: dict[str, list[Any]] = {}
+        self._listeners_of: list[Callback] | None = None
+        self._listened = 0
+
+    @property
+    def window_open(self) -> bool:
+        """Whether measured steps wait for their window to close."""
+        return bool(self._open)
+
+    def train_start(self) -> None:
+        """Training starts (before the first step begins)."""
+        self.dispatch("on_train_start")
+
+    def step_begin(self, step: int) -> None:
+        """Step ``step`` begins."""
+        self.dispatch("on_step_begin", step)
+
+    def step_end(self, record: StepRecord) -> None:
+        """A step ended: tell the callbacks, and close the window when it is full."""
+        self.dispatch("on_step_end", record)
+        if not record.warmup:
+            self._open.append(record)
+            if len(self._open) >= self.window_steps:
+                self.close_window()
+
+    def close_window(self) -> None:
+        """Close the open window now (nothing happens when no measured step is waiting)."""
+        steps, self._open = self._open, []
+        if not steps:
+            return
+        times = sorted(s.step_s for s in steps)
+        window = Window(index=self.windows, first_step=steps[0].step, last_step=steps[-1].step,
+                        time_s=sum(times), samples=sum(s.samples for s in steps), step_time_s=times[len(times) // 2],
+                        settings=self.settings())
+        self.windows += 1
+        self.dispatch("on_window_end", window)
+
+    def rank_end(self, rank_record: RankRecord) -> None:
+        """The rank stops: every callback adds to its record; one that fails costs a warning, not the record."""
+        for callback in self.callbacks:
+            try:
+                callback.on_rank_end(self.host, rank_record)
+            except Exception as exc:  # one broken callback must not cost the record
+                log.warning("callback %s failed at the end of the run: %s", type(callback).__name__, exc)
+
+    def train_end(self, record: RunRecord | None) -> None:
+        """Last: the run's record on rank 0, ``None`` elsewhere."""
+        self.dispatch("on_train_end", record)
+
+    def dispatch(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` on the callbacks that implement it, in list order."""
+        listeners = self._listeners.get(hook)
+        if listeners is None or self._listeners_of is not self.callbacks or len(self.callbacks) != self._listened:
+            self._listeners = {name: [getattr(cb, name) for cb in self.callbacks
+                                      if getattr(type(cb), name, None) is not getattr(Callback, name)]
+                               for name in HOOKS}
+            self._listeners_of, self._listened = self.callbacks, len(self.callbacks)
+            listeners = self._listeners[hook]
+        for method in listeners:
+            method(self.host, *args)

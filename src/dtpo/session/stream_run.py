@@ -1,0 +1,88 @@
+"""One rank's run as any producer of the step stream drives it: the record and its lifecycle, the built-in and
+the user's callbacks, and the :class:`~dtpo.core.stream.StepStream` that feeds them.
+
+The :class:`~dtpo.session.session.Session` and the plain loop's
+:class:`~dtpo.session.step_reporter.StepReporter` both hold a :class:`StreamRun`; what differs between them is
+only how they see steps (every mark, or only the ends).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dtpo.core.callbacks import Callback
+from dtpo.core.config import RunConfig
+from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord
+from dtpo.core.steps import RunView
+from dtpo.core.stream import StepStream
+from dtpo.dist.process_group import DistContext, leave
+from dtpo.session.builtin_callbacks import builtin_callbacks, closing_callbacks
+from dtpo.session.environment import environment
+from dtpo.session.lifecycle import RunLifecycle, now_iso
+from dtpo.session.step_energy import EnergyCallback
+from dtpo.telemetry.summary import print_summary
+
+
+def new_record(ctx: DistContext, run_dir: Path, run_config: RunConfig, user: dict[str, Any] | None) -> RunRecord:
+    """The run's record as it starts: its configuration (with the run directory, the world size and the user's
+    extra settings) and the environment."""
+    record_config = run_config.to_dict()
+    record_config["launch"]["run_dir"] = str(run_dir)
+    record_config["world_size"] = ctx.world_size
+    if user:
+        record_config["user"] = dict(user)
+    record = RunRecord(run_id=run_dir.name, status="running", started_at=now_iso(), config=record_config,
+                       environment=environment(ctx))
+    record.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0) or 0)
+    return record
+
+
+class StreamRun:
+    """The record, lifecycle, callbacks and step stream of one rank's run.
+
+    Args:
+        host: The producer (what callbacks read).
+        ctx: Where this rank sits.
+        run_dir: The run directory all ranks agreed on.
+        run_config: The run's configuration.
+        record: The run's record as it starts (:func:`new_record`).
+        rank: This rank's record.
+        callbacks: The user's callbacks (after the built-in ones, before the flushes).
+        progress: Show progress on rank 0.
+        settings: The switchable settings in force, for each window.
+        clock: The producer's clock (seconds), for the power tuner's blocks.
+    """
+
+    def __init__(self, host: RunView, ctx: DistContext, run_dir: Path, run_config: RunConfig, record: RunRecord,
+                 rank: RankRecord, callbacks: Sequence[Callback], progress: bool,
+                 settings: Callable[[], dict[str, Any]] | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.ctx = ctx
+        self.run_dir = run_dir
+        self.lifecycle = RunLifecycle(ctx, run_dir, record, rank)
+        self.lifecycle.install_signal_handlers()
+        self.energy: EnergyCallback | None
+        builtins, self.energy = builtin_callbacks(run_config, ctx, progress, clock)
+        everything: list[Callback] = builtins + list(callbacks) + closing_callbacks(run_config)
+        self.stream = StepStream(host, everything, run_config.session.window_steps, settings)
+
+    def finish(self, error: BaseException | None, summary: bool) -> RunRecord | None:
+        """End the run on this rank once its last window is closed: the callbacks add to this rank's record, the
+        ranks are gathered (rank 0 writes ``record.json``), the process group is left after a normal end, the
+        callbacks see the record, and rank 0 prints the summary when asked.
+
+        Returns:
+            The run record on rank 0, ``None`` on other ranks.
+        """
+        self.stream.rank_end(self.lifecycle.rank)
+        record = self.lifecycle.finish(error)
+        if error is None:
+            leave(self.ctx)
+        self.stream.train_end(record)
+        if record is not None and summary:
+            print_summary(record, record_path=str(self.run_dir / RECORD_FILE))
+        return record

@@ -1,0 +1,80 @@
+"""The step stream's driver: windows of measured steps, hooks in list order, whoever produces the steps."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from dtpo.core.callbacks import Callback
+from dtpo.core.record import RankRecord
+from dtpo.core.steps import Window, plain_step
+from dtpo.core.stream import StepStream
+
+
+class Log(Callback):
+    def __init__(self, name: str, out: list[tuple[str, str, Any]]) -> None:
+        self.name = name
+        self.out = out
+
+    def on_step_end(self, session: Any, step_record: Any) -> None:
+        self.out.append((self.name, "step", step_record.step))
+
+    def on_window_end(self, session: Any, window: Window) -> None:
+        self.out.append((self.name, "window", (window.index, window.first_step, window.last_step, window.samples,
+                                               window.time_s, window.step_time_s, dict(window.settings))))
+
+
+class Broken(Callback):
+    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+        raise RuntimeError("boom")
+
+
+class Marks(Callback):
+    def on_rank_end(self, session: Any, rank_record: Any) -> None:
+        rank_record.error = f"seen by rank {session.rank}"
+
+
+def steps(n: int, warmup: int) -> list[Any]:
+    return [plain_step(i, i < warmup, 10 + i, 1000.0 + i, 0.1 * (i + 1), distributed=False) for i in range(n)]
+
+
+def test_measured_steps_are_cut_into_windows_after_every_callback_saw_the_step() -> None:
+    out: list[tuple[str, str, Any]] = []
+    stream = StepStream(SimpleNamespace(rank=0), [Log("a", out), Log("b", out)], window_steps=3,
+                        settings=lambda: {"precision": "bf16-mixed"})
+    for record in steps(9, warmup=2):
+        stream.step_end(record)
+    assert stream.window_open  # steps 8 wait for the next window
+    stream.close_window()
+    stream.close_window()  # nothing open: no empty window
+    windows = [args for name, kind, args in out if kind == "window" and name == "a"]
+    assert [w[:4] for w in windows] == [(0, 2, 4, 12 + 13 + 14), (1, 5, 7, 15 + 16 + 17), (2, 8, 8, 18)]
+    assert windows[0][4] == pytest.approx(0.3 + 0.4 + 0.5) and windows[0][5] == pytest.approx(0.4)  # median
+    assert all(w[6] == {"precision": "bf16-mixed"} for w in windows)
+    # step 4 ends at "a", then "b", then its window closes at "a", then "b"
+    i = out.index(("a", "step", 4))
+    assert [(name, kind) for name, kind, _ in out[i:i + 4]] == [("a", "step"), ("b", "step"), ("a", "window"),
+                                                                ("b", "window")]
+
+
+def test_callbacks_added_to_the_list_are_called_from_the_next_hook() -> None:
+    out: list[tuple[str, str, Any]] = []
+    callbacks: list[Callback] = [Log("a", out)]
+    stream = StepStream(SimpleNamespace(), callbacks, window_steps=100)
+    first, second = steps(2, warmup=0)
+    stream.step_end(first)
+    callbacks.append(Log("late", out))
+    stream.step_end(second)
+    assert [(name, arg) for name, _, arg in out] == [("a", 0), ("a", 1), ("late", 1)]
+
+
+def test_a_broken_callback_at_the_rank_end_costs_a_warning_not_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    stream = StepStream(SimpleNamespace(rank=3), [Broken(), Marks()], window_steps=1)
+    rank = RankRecord(3, 0, "node", "cpu")
+    with caplog.at_level(logging.WARNING):
+        stream.rank_end(rank)
+    assert rank.error == "seen by rank 3"
+    assert "Broken failed at the end of the run: boom" in caplog.text
