@@ -9,9 +9,11 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 import textwrap
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Self
 
 from dtpo.core.errors import ConfigError
@@ -104,9 +106,19 @@ class Section:
     def _bool(self, name: str) -> None:
         self._check_type(name, bool, False)
 
+    def _path(self, name: str) -> None:
+        """A path field: ``None``, or a path (a string, as read from a file, becomes a :class:`Path`)."""
+        value = getattr(self, name)
+        if value is None or isinstance(value, Path):
+            return
+        if not isinstance(value, str | os.PathLike):
+            raise self._fail(name, f"must be a path or null, got {value!r}")
+        setattr(self, name, Path(value))
+
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict."""
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        """A JSON-ready dict (paths as strings)."""
+        return {name: str(value) if isinstance(value, Path) else value
+                for name, value in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
 
 
 class Tree:
