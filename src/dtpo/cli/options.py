@@ -9,6 +9,7 @@ field marked as the argument becomes the command's positional argument. A comman
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -45,7 +46,8 @@ def _annotation(f: ConfigField) -> Any:
 def config_command(handler: ConfigHandler, *, tree: type[Tree] = RunConfig, exclude: Iterable[str] = (),
                    extra: Iterable[inspect.Parameter] = (), defaults: dict[str, Any] | None = None,
                    hidden: Iterable[str] = (), help_values: dict[str, Any] | None = None,
-                   doc: str | None = None) -> Callable[..., None]:
+                   doc: str | None = None, fixed: dict[str, Any] | None = None, arguments: Iterable[str] = (),
+                   pass_context: bool = False) -> Callable[..., None]:
     """A typer command function whose options are the tree's flags plus ``extra`` (and ``--config`` for the
     run's tree).
 
@@ -59,10 +61,16 @@ def config_command(handler: ConfigHandler, *, tree: type[Tree] = RunConfig, excl
         help_values: Values for ``{NAME}`` placeholders in the fields' documentation (limits that live in a
             layer above the tree's).
         doc: The command's help (default: the handler's docstring).
+        fixed: Values this command sets itself, by path (fields it does not take as flags).
+        arguments: Field paths this command takes as its (required) positional argument instead of a flag.
+        pass_context: Call the handler as ``handler(ctx, config, **extra_values)``.
     """
-    defaults = defaults or {}
-    excluded, hide = set(exclude), set(hidden)
-    fields = [f for f in tree_fields(tree) if (f.flag or f.argument) and f.path not in excluded]
+    fixed = dict(fixed or {})
+    positional = set(arguments)
+    defaults = {**(defaults or {}), **{path: ... for path in positional}}
+    excluded, hide = set(exclude) | set(fixed), set(hidden)
+    fields = [dataclasses.replace(f, argument=True, optional=False) if f.path in positional else f
+              for f in tree_fields(tree) if (f.flag or f.argument or f.path in positional) and f.path not in excluded]
     extra = list(extra)
     params = [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
     if tree is RunConfig:
@@ -84,8 +92,11 @@ def config_command(handler: ConfigHandler, *, tree: type[Tree] = RunConfig, excl
         if tree is RunConfig:
             config: Tree = resolve_config(ctx, config_file, fields, kwargs)
         else:
-            config = tree_from_values(tree, fields, kwargs)
-        handler(config, **extras)
+            config = tree_from_values(tree, fields, kwargs, fixed)
+        if pass_context:
+            handler(ctx, config, **extras)
+        else:
+            handler(config, **extras)
 
     command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     command.__annotations__ = {p.name: p.annotation for p in params}
@@ -93,9 +104,14 @@ def config_command(handler: ConfigHandler, *, tree: type[Tree] = RunConfig, excl
     return command
 
 
-def tree_from_values(tree: type[Tree], fields: list[ConfigField], values: dict[str, Any]) -> Tree:
-    """The tree with the fields' values as parsed (their defaults where not typed)."""
+def tree_from_values(tree: type[Tree], fields: list[ConfigField], values: dict[str, Any],
+                     fixed: dict[str, Any] | None = None) -> Tree:
+    """The tree with the fields' values as parsed (their defaults where not typed) and the command's ``fixed``
+    values (by path)."""
     data: dict[str, dict[str, Any]] = {name: {} for name in tree.SECTIONS}
+    for path, value in (fixed or {}).items():
+        section, name = path.split(".", 1)
+        data[section][name] = value
     for f in fields:
         data[f.section][f.name] = values[_param_name(f)]
     return tree.from_dict(data)
