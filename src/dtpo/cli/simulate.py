@@ -1,4 +1,11 @@
-"""``dtpo simulate``: a training job on simulated GPUs, at one knob setting or swept over a knob.
+"""``dtpo simulate``: a training job on simulated GPUs, at one knob setting, swept over a knob, tuned by dtpo's
+power tuner, or with per-rank straggler slowdown.
+
+Each mode is a subcommand generated from :class:`~dtpo.core.simulate_config.SimulateConfig` with only its own
+flags: ``run`` (one setting against the default), ``sweep KNOB``, ``tune KNOB`` (:mod:`dtpo.cli.simulate_tune`),
+``stragglers`` (:mod:`dtpo.cli.simulate_stragglers`) and ``list``. The earlier spelling with flags only
+(``dtpo simulate --sweep power-limit``, ``--tune both``, ``--tune stragglers``, ``--list``) is the group's own
+hidden options, and runs the same mode functions with the same output.
 
 Every figure it prints is simulated (from a model calibrated on measured traces, or the parametric
 physical model), never a measurement; the output says which model ran and what it assumes.
@@ -7,12 +14,11 @@ physical model), never a measurement; the output says which model ran and what i
 columns of the shipped Zeus files (``power_limit,time_per_epoch,average_power``, optionally
 ``dataset,network,batch_size,optimizer`` and ``samples_per_epoch``; see
 :mod:`dtpo.devices.physics.user_trace`). ``--gpu`` names the GPU it was measured on; ``--workload`` and
-``--batch-size`` pick one trace when the file holds several; ``--list --trace FILE`` lists them.
+``--batch-size`` pick one trace when the file holds several; ``list --trace FILE`` lists them.
 
-``--tune stragglers`` runs a job whose ``--straggler`` ranks (``RANK:FACTOR[,RANK:FACTOR...]``, ``static``,
+``stragglers`` runs a job whose ``--straggler`` ranks (``RANK:FACTOR[,RANK:FACTOR...]``, ``static``,
 ``drifting`` or ``intermittent`` by ``--straggler-pattern``, switching every ``--period`` steps) are slower, without
-and with per-rank slowdown of the ranks that only wait for them (:mod:`dtpo.cli.simulate_stragglers`). The other
-commands simulate one straggler at most.
+and with per-rank slowdown of the ranks that only wait for them. The other modes simulate one straggler at most.
 
 Every simulation writes its result (the JSON ``--json`` writes) into a run directory of its own,
 ``runs/simulate-<run id>/simulate.json`` (``--run-dir`` names another), and registers it in the run store
