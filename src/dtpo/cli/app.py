@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
 def build_cli() -> Any:
     """The click command behind the typer app, with on/off flags shown without a ``<bool>`` metavar."""
     command = typer.main.get_command(app)
+    listed = getattr(command, "commands", {})  # typer lists groups after commands: list them as the help orders them
+    command.commands = {name: listed[name] for name in sorted(listed, key=_help_position)}  # type: ignore[attr-defined]
     groups, pending = [], [command]
     while pending:  # the app, its commands, and the commands of its groups (dtpo runs ...)
         group = pending.pop()
@@ -119,6 +121,13 @@ def build_cli() -> Any:
                 param.metavar = ""
         group.get_help_option = _flag_without_metavar(group.get_help_option)
     return command
+
+
+HELP_ORDER = ("launch", "train", "bench", "monitor", "restore", "simulate", "plan", "report", "dashboard", "runs")
+
+
+def _help_position(name: str) -> int:
+    return HELP_ORDER.index(name) if name in HELP_ORDER else len(HELP_ORDER)
 
 
 def _flag_without_metavar(get_help_option: Any) -> Any:
