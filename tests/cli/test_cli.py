@@ -77,3 +77,32 @@ def test_bench_measures_each_worker_count(tmp_path: Path) -> None:
     assert plan.returncode == 0, plan.stderr
     assert "measured links (alpha-beta fits)" in plan.stdout
     assert "CPU ns/byte" in " ".join(plan.stdout.split())  # the probe's CPU timings were fitted and counted
+
+
+SIMULATE_FLAGS = {"--gpu", "--workload", "-w", "--batch-size", "--gpus", "--steps", "--power-limit", "--sm-clock",
+                  "--sweep", "--model", "--straggler", "--straggler-pattern", "--period", "--noise", "--counter-period",
+                  "--seed", "--json", "--run-dir", "--store", "--list", "--tune", "--cost", "--tune-step", "--trace"}
+PLAN_FLAGS = {"--from-run", "--from-bench", "--gpu", "--gpu-counts", "--gpus-per-node", "--intra-link", "--inter-link",
+              "--nics-per-node", "--grad-accum", "--compare-link", "--deadline", "--budget", "--plot", "--json",
+              "--run-dir", "--store"}
+
+
+def _flags(command: object) -> set[str]:
+    return {name for p in command.params for name in p.opts if name.startswith("-")} - {"-h", "--help"}  # type: ignore[attr-defined]
+
+
+def test_the_surface_of_simulate_and_plan_is_frozen() -> None:
+    """The flags generated from the simulate and plan trees are the ones written by hand before them."""
+    from dtpo.cli.app import build_cli
+
+    cli = build_cli()
+    simulate, plan = cli.commands["simulate"], cli.commands["plan"]
+    assert _flags(simulate) == SIMULATE_FLAGS  # the earlier spelling, hidden from --help
+    assert all(p.hidden for p in simulate.params if p.name != "help")
+    assert set(simulate.commands) == {"run", "sweep", "tune", "stragglers", "list"}
+    assert _flags(plan) == PLAN_FLAGS and [p.name for p in plan.params if not p.opts[0].startswith("-")] == [
+        "scenario"]
+    modes = {name: _flags(command) for name, command in simulate.commands.items()}
+    assert modes["list"] == {"--gpu", "--batch-size", "--trace"}
+    assert "--cost" in modes["tune"] and "--cost" not in modes["stragglers"] and "--sweep" not in modes["sweep"]
+    assert set().union(*modes.values()) == SIMULATE_FLAGS - {"--sweep", "--tune", "--list"}

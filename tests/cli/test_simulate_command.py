@@ -221,3 +221,67 @@ def test_a_missing_trace_file_from_a_real_process(tmp_path: Path) -> None:
     result = run(["--trace", str(tmp_path / "nope.csv")], tmp_path / "state")
     assert result.returncode == 2
     assert result.stderr == f"dtpo: error: cannot read trace file {tmp_path / 'nope.csv'}: No such file or directory\n"
+
+
+# -- one subcommand per mode, and the earlier spelling -------------------------------------------------------------
+
+def _simulate(argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+              capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    monkeypatch.setenv("DTPO_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("DTPO_STORE", str(tmp_path / "store.sqlite"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        main(["simulate", *argv])
+    captured = capsys.readouterr()
+    return int(ended.value.code or 0), captured.out, captured.err
+
+
+def _printed(text: str) -> str:
+    """The output without the line naming the run directory (each run has its own id)."""
+    return "\n".join(line for line in text.splitlines() if "runs/simulate-" not in line and "run id" not in line)
+
+
+@pytest.mark.parametrize("earlier, subcommand", [
+    (["--sweep", "power-limit", "--gpus", "2", "--steps", "50"],
+     ["sweep", "power-limit", "--gpus", "2", "--steps", "50"]),
+    (["--power-limit", "200", "--steps", "50"], ["run", "--power-limit", "200", "--steps", "50"]),
+    (["--tune", "both", "--gpus", "1", "--steps", "300"], ["tune", "both", "--gpus", "1", "--steps", "300"]),
+    (["--tune", "stragglers", "--straggler", "1:1.2", "--gpus", "4", "--steps", "100"],
+     ["stragglers", "--straggler", "1:1.2", "--gpus", "4", "--steps", "100"]),
+    (["--list"], ["list"]),
+])
+def test_a_subcommand_prints_what_the_earlier_spelling_prints(earlier: list[str], subcommand: list[str],
+                                                              tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    before = _simulate(earlier, tmp_path, monkeypatch, capsys)
+    after = _simulate(subcommand, tmp_path, monkeypatch, capsys)
+    assert before[0] == after[0] == 0, before[2] + after[2]
+    assert _printed(after[1]) == _printed(before[1]) and _printed(before[1])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--gpus", "2", "sweep", "power-limit"], "put the options after the subcommand: dtpo simulate sweep --gpus"),
+    (["sweep", "voltage"], "--sweep must be one of power-limit, sm-clock, got 'voltage'"),
+    (["tune", "voltage"], "--tune must be one of power-limit, sm-clock, both, got 'voltage'"),
+    (["stragglers", "--cost", "energy"], "No such option: --cost"),  # a subcommand takes only its own flags
+    (["run", "--sweep", "power-limit"], "No such option: --sweep"),
+    (["stragglers", "--steps", "10"], "--tune stragglers needs at least one --straggler RANK:FACTOR"),
+])
+def test_subcommands_refuse_in_one_line(argv: list[str], message: str, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _simulate(argv, tmp_path, monkeypatch, capsys)
+    assert code == 2 and err.startswith("dtpo: error:") and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_the_tree_and_the_simulated_job_agree_on_sweeps_and_help_placeholders() -> None:
+    from dtpo.cli.simulate import HELP_VALUES
+    from dtpo.core.config_section import tree_fields
+    from dtpo.core.simulate_config import SIM_SWEEPS, SimulateConfig
+    from dtpo.simulation.data_parallel import SWEEPS
+    from dtpo.simulation.job import MAX_GPUS
+
+    assert SIM_SWEEPS == SWEEPS
+    helps = {f.path: f.help.format_map(HELP_VALUES) for f in tree_fields(SimulateConfig)}  # no placeholder unknown
+    assert f"{MAX_GPUS:,}" in helps["job.gpus"] and "{" not in "".join(helps.values())

@@ -174,6 +174,12 @@ def test_an_interrupt_ends_in_one_line_and_a_merged_interrupted_record(tmp_path:
     (["bench", "--config", "x.json"], True),
     (["simulate", "--list"], False),
     (["simulate", "--sweep", "power-limit"], True),
+    (["simulate", "sweep", "power-limit"], True),
+    (["simulate", "tune", "both"], True),
+    (["simulate", "stragglers", "--straggler", "1:1.2"], True),
+    (["simulate", "run", "--power-limit", "200"], True),
+    (["simulate", "run"], False),
+    (["simulate", "list"], False),
     (["monitor"], False),
     (["launch", "x.py"], False),
 ])

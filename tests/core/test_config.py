@@ -121,3 +121,37 @@ def test_replace_validates_again() -> None:
     assert config.replace(launch={"workers": 4}).launch.workers == 4
     with pytest.raises(ConfigError, match="launch.workers"):
         config.replace(launch={"workers": -1})
+
+
+@pytest.mark.parametrize("sections, message", [
+    ({"workload": {"steps": 2}}, r"^workload\.steps \(2\) must be larger than session\.warmup_steps \(2\)"),
+    ({"workload": {"steps": 3}, "session": {"warmup_steps": 3}}, r"workload\.steps \(3\) must be larger"),
+    ({"tune": {"knob": "power-limit"}, "knobs": {"power_limit_w": 200.0}},
+     r"^--tune power-limit chooses the GPU settings itself; drop --power-limit / --sm-clock$"),
+    ({"tune": {"knob": "both"}, "knobs": {"sm_clock_mhz": 1410}}, r"^--tune both chooses the GPU settings itself"),
+    ({"tune": {"knob": "stragglers"}, "launch": {"workers": 1}}, r"^--tune stragglers .* needs --workers 2 or more$"),
+    ({"tune": {"knob": "precision"}, "energy": {"enabled": False}},
+     r"^--tune precision --cost zeus:0\.5 needs energy measured: drop --no-energy, or tune for --cost time$"),
+    ({"tune": {"knob": "compression"}, "launch": {"workers": 1}}, r"^--tune compression needs DDP on 2 or more"),
+    ({"tune": {"knob": "grad-accum,compression"}, "session": {"strategy": "fsdp"}},
+     r"^--tune compression needs DDP on 2 or more workers"),
+])
+def test_rules_across_sections_hold_for_every_way_in(sections: dict, message: str) -> None:
+    """The same one-line error from the tree, a file's dict and a replace (what Session and dtpo train build)."""
+    with pytest.raises(ConfigError, match=message):
+        RunConfig.from_dict(sections)
+    with pytest.raises(ConfigError, match=message):
+        RunConfig().replace(**sections)
+    built = {name: SECTIONS[name](**values) for name, values in sections.items()}
+    with pytest.raises(ConfigError, match=message):
+        RunConfig(**built)
+
+
+@pytest.mark.parametrize("sections", [
+    {"workload": {"steps": 3}},  # one measured step
+    {"tune": {"knob": "precision", "cost": "time"}, "energy": {"enabled": False}},  # time needs no energy
+    {"tune": {"knob": "grad-accum"}, "launch": {"workers": 1}},  # accumulation works on one worker
+    {"knobs": {"power_limit_w": 200.0}, "tune": {"knob": "precision"}},  # fixed GPU knobs, tuned job knobs
+])
+def test_consistent_sections_pass(sections: dict) -> None:
+    assert RunConfig.from_dict(sections).to_dict() == RunConfig().replace(**sections).to_dict()

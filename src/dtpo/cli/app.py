@@ -23,7 +23,7 @@ from dtpo.cli.plan import plan_command
 from dtpo.cli.report import report_command
 from dtpo.cli.restore import restore_at_start, restore_command
 from dtpo.cli.runs import runs_app
-from dtpo.cli.simulate import simulate_command
+from dtpo.cli.simulate import simulate_app
 from dtpo.cli.train import train_command
 from dtpo.core.errors import DtpoError, first_line
 from dtpo.core.logs import configure_logging
@@ -42,10 +42,10 @@ app.command("train", context_settings=CONTEXT)(train_command)
 app.command("bench", context_settings=CONTEXT)(bench_command)
 app.command("monitor", context_settings=CONTEXT)(monitor_command)
 app.command("restore", context_settings=CONTEXT)(restore_command)
-app.command("simulate", context_settings=CONTEXT)(simulate_command)
 app.command("plan", context_settings=CONTEXT)(plan_command)
 app.command("report", context_settings=CONTEXT)(report_command)
 app.command("dashboard", context_settings=CONTEXT)(dashboard_command)
+app.add_typer(simulate_app, name="simulate", context_settings=CONTEXT)
 app.add_typer(runs_app, name="runs")
 
 
@@ -57,8 +57,10 @@ def changes_knobs(command: str, args: list[str]) -> bool:
     observing = {"--dry-run"} & flags or any(a in ("dry-run", "observe") for a in args)
     if command in ("train", "bench"):
         return bool({"--power-limit", "--sm-clock", "--config", "--tune"} & flags) and not observing
-    if command == "simulate":
-        return bool({"--sweep", "--power-limit", "--sm-clock", "--tune"} & flags)
+    if command == "simulate":  # the earlier spelling (flags) or a subcommand that sets knobs
+        after = args[args.index(command) + 1:] if command in args else []
+        return bool({"--sweep", "--power-limit", "--sm-clock", "--tune"} & flags) or after[:1] in (
+            ["sweep"], ["tune"], ["stragglers"])
     return False
 
 
@@ -106,6 +108,8 @@ def main(argv: list[str] | None = None) -> None:
 def build_cli() -> Any:
     """The click command behind the typer app, with on/off flags shown without a ``<bool>`` metavar."""
     command = typer.main.get_command(app)
+    listed = getattr(command, "commands", {})  # typer lists groups after commands: list them as the help orders them
+    command.commands = {name: listed[name] for name in sorted(listed, key=_help_position)}  # type: ignore[attr-defined]
     groups, pending = [], [command]
     while pending:  # the app, its commands, and the commands of its groups (dtpo runs ...)
         group = pending.pop()
@@ -117,6 +121,13 @@ def build_cli() -> Any:
                 param.metavar = ""
         group.get_help_option = _flag_without_metavar(group.get_help_option)
     return command
+
+
+HELP_ORDER = ("launch", "train", "bench", "monitor", "restore", "simulate", "plan", "report", "dashboard", "runs")
+
+
+def _help_position(name: str) -> int:
+    return HELP_ORDER.index(name) if name in HELP_ORDER else len(HELP_ORDER)
 
 
 def _flag_without_metavar(get_help_option: Any) -> Any:
@@ -132,5 +143,5 @@ def _flag_without_metavar(get_help_option: Any) -> Any:
 
 
 def app_commands() -> set[str]:
-    """The names of dtpo's commands."""
-    return {info.name for info in app.registered_commands if info.name}
+    """The names of dtpo's commands that start work (``dtpo runs`` only reads the run store)."""
+    return {info.name for info in app.registered_commands if info.name} | {"simulate"}

@@ -64,14 +64,14 @@ def probe_link(workers: int, out: Path, backend: str | None = None) -> None:
 def for_worker_count(config: RunConfig, count: int) -> RunConfig:
     """``config`` at ``count`` workers. Job-knob tuning drops the compression knob on one worker (there is no
     all-reduce to compress), so ``dtpo bench --tune compression`` shows where compression starts to pay."""
-    out = config.replace(launch={"workers": count})
     knobs = config.tune.job_knobs
-    if count < 2 and "compression" in knobs:
+    if count < 2 and "compression" in knobs:  # in one step: the tree refuses compression on one worker
         rest = [k for k in knobs if k != "compression"]
         log.info("bench: 1 worker has no all-reduce to compress: tuning %s there", ", ".join(rest) or "nothing")
-        out = out.replace(tune={"knob": ",".join(rest) or None,
-                                "allow_batch_change": config.tune.allow_batch_change and "grad-accum" in rest})
-    return out
+        return config.replace(launch={"workers": count}, tune={
+            "knob": ",".join(rest) or None,
+            "allow_batch_change": config.tune.allow_batch_change and "grad-accum" in rest})
+    return config.replace(launch={"workers": count})
 
 
 def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:

@@ -15,12 +15,11 @@ import json
 import logging
 import statistics
 from pathlib import Path
-from typing import Annotated
 
-import typer
-
+from dtpo.cli.options import config_command
 from dtpo.cli.register import check_result_target, save_result
 from dtpo.core.errors import ConfigError
+from dtpo.core.plan_config import PlanConfig
 from dtpo.core.record import write_json_atomic
 from dtpo.telemetry.store_paths import now_iso
 from dtpo.telemetry.summary import make_console
@@ -97,49 +96,16 @@ def _fitted_fabric(fit: object, intra: str, inter: str, nics: int) -> object:
     return Fabric(intra_link, inter_link, nics, fit.link_cost(), base.inter_cost)  # type: ignore[attr-defined]
 
 
-def plan_command(
-    scenario: Annotated[Path | None, typer.Argument(help="Scenario file (.toml or .json).", show_default=False)] = None,
-    from_run: Annotated[Path | None, typer.Option("--from-run", help="Plan a measured dtpo run's job (with --gpu "
-                                                  "and --gpu-counts).")] = None,
-    from_bench: Annotated[Path | None, typer.Option("--from-bench", help="Plan a dtpo bench's job: compute from its "
-                                                    "smallest run, the link's alpha and beta fitted from its link "
-                                                    "probe (with --gpu cpu and --gpu-counts).")] = None,
-    gpu: Annotated[str | None, typer.Option("--gpu", help="Target GPU model for --from-run, e.g. H100.")] = None,
-    gpu_counts: Annotated[str | None, typer.Option("--gpu-counts", help="GPU counts for --from-run, e.g. "
-                                                   "8,64,512.")] = None,
-    gpus_per_node: Annotated[int, typer.Option("--gpus-per-node", help="GPUs per node (--from-run).")] = 8,
-    intra_link: Annotated[str, typer.Option("--intra-link", help="Link inside a node (--from-run).")] = "nvlink4",
-    inter_link: Annotated[str, typer.Option("--inter-link", help="Link between nodes (--from-run).")] = "ib-ndr",
-    nics_per_node: Annotated[int, typer.Option("--nics-per-node", help="NICs per node (--from-run).")] = 8,
-    grad_accum: Annotated[int, typer.Option("--grad-accum", help="Accumulation at scale (--from-run).")] = 1,
-    compare_link: Annotated[str | None, typer.Option("--compare-link", help="Also predict on these inter-node "
-                                                     "links, comma-separated (e.g. roce-100g).")] = None,
-    deadline: Annotated[float | None, typer.Option("--deadline", help="Hours: the cheapest configuration that "
-                                                   "finishes the scenario's work in time.")] = None,
-    budget: Annotated[float | None, typer.Option("--budget", help="Money: the fastest configuration that costs "
-                                                 "at most this.")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Write throughput, efficiency and J/sample against "
-                                              "GPUs to FILE.png or FILE.svg.")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the predictions as JSON.")] = None,
-    run_dir: Annotated[Path | None, typer.Option("--run-dir", help="Write the predictions here as plan.json "
-                                                 "(default: runs/plan-<run id>).", show_default=False)] = None,
-    store: Annotated[str | None, typer.Option("--store", help="SQLite run store the plan is registered in "
-                                              "(default: $DTPO_STORE, else runs/dtpo.sqlite).",
-                                              show_default=False)] = None,
-) -> None:
+def _plan(config: PlanConfig) -> None:
     """Predict how a data-parallel job scales to many GPUs: time, throughput, efficiency, energy and cost."""
     from dtpo.plan.interconnect import find_link
     from dtpo.plan.predict import cheapest, plan
     from dtpo.plan.report import PLOT_SUFFIXES, assumptions_text, plan_dict, plan_table, write_plot
     from dtpo.plan.scenario_reader import load_scenario, scenario_from_dict
 
-    if sum(x is not None for x in (scenario, from_run, from_bench)) != 1:
-        raise ConfigError("give one of: a scenario file, --from-run RUN_DIR, --from-bench BENCH_DIR")
-    if deadline is not None and budget is not None:
-        raise ConfigError("give --deadline or --budget, not both")
-    for name, value in (("--deadline", deadline), ("--budget", budget)):
-        if value is not None and not value > 0:
-            raise ConfigError(f"{name} must be positive, got {value:g}")
+    source, target, choice, output = config.source, config.target, config.choice, config.output
+    scenario, deadline, budget, plot = source.scenario, choice.deadline, choice.budget, output.plot
+    run_dir, store = output.run_dir, output.store
     if plot is not None and plot.suffix.lower() not in PLOT_SUFFIXES:
         raise ConfigError(f"--plot must end in {', '.join(PLOT_SUFFIXES)}, got {plot.name!r}")
     check_result_target("plan", run_dir, store)
@@ -148,14 +114,15 @@ def plan_command(
     if scenario is not None:
         chosen = load_scenario(scenario)
     else:
-        run = from_run
-        if from_bench is not None:
-            run, fit = _bench_inputs(from_bench)
-            fabric = _fitted_fabric(fit, intra_link, inter_link, nics_per_node)
+        run = source.from_run
+        if source.from_bench is not None:
+            run, fit = _bench_inputs(source.from_bench)
+            fabric = _fitted_fabric(fit, target.intra_link, target.inter_link, target.nics_per_node)
         assert run is not None
-        chosen = scenario_from_dict(_scenario_from_run(run, gpu, gpu_counts, gpus_per_node, intra_link,
-                                                       inter_link, nics_per_node, grad_accum), where="--from-run")
-    others = [find_link(n.strip()).name for n in compare_link.split(",")] if compare_link else []
+        chosen = scenario_from_dict(_scenario_from_run(run, target.gpu, target.gpu_counts, target.gpus_per_node,
+                                                       target.intra_link, target.inter_link, target.nics_per_node,
+                                                       target.grad_accum), where="--from-run")
+    others = [find_link(n.strip()).name for n in choice.compare_link.split(",")] if choice.compare_link else []
     first = plan(chosen, fabric=fabric)
     results = [first, *(plan(chosen, link, first.calibration) for link in others if link != first.fabric.inter.name)]
     console = make_console()
@@ -186,8 +153,11 @@ def plan_command(
                           "inter_link": pick.inter_link, "power_limit_w": pick.power_limit_w,
                           "power_note": pick.power_note, "throughput": pick.prediction.throughput,
                           "cost": vars(pick.prediction.cost) if pick.prediction.cost is not None else None}
-    if json_path is not None:
-        write_json_atomic(json_path, data)
-        console.print(f"predictions: {json_path}")
+    if output.json is not None:
+        write_json_atomic(output.json, data)
+        console.print(f"predictions: {output.json}")
     save_result("plan", data, run_dir, store, started_at, console)
     log.debug("planned %s", json.dumps([r.fabric.inter.name for r in results]))
+
+
+plan_command = config_command(_plan, tree=PlanConfig)

@@ -53,16 +53,20 @@ def threads_per_worker(config: RunConfig, environ: dict[str, str] | os._Environ[
 
 
 def resolve(config: RunConfig) -> RunConfig:
-    """Fill in what the defaults leave open: the workload's own steps, batch size and learning rate, and the
-    threads per worker; check what needs several sections at once."""
+    """Fill in what the defaults leave open (the workload's own steps, batch size and learning rate, the
+    threads per worker) and check what depends on this machine.
+
+    What the configuration's sections must agree on is checked by :class:`RunConfig` itself (also for
+    ``dtpo.Session(run_config=...)``), and again here once the workload's defaults are filled in. What stays
+    here needs more than the configuration: the workload registry (``dtpo.examples``, above ``core``), the
+    cost metrics' grammar (``dtpo.tune``), this machine's GPUs and device, a free metrics port, Ray, the
+    checkpoints on disk, and the CPU cores this process may use (threads per worker: the affinity mask and
+    ``$OMP_NUM_THREADS`` belong to the machine that launches, not to the configuration, which a file carries
+    to other machines).
+    """
     from dtpo.examples import with_workload_defaults  # torch: imported only by commands that train
 
     resolved = with_workload_defaults(config)
-    steps, warmup = resolved.workload.steps, resolved.session.warmup_steps
-    assert steps is not None
-    if steps <= warmup:
-        raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
-                          f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
     check_tuning(resolved)
     if resolved.launch.engine == "ray":  # Ray importable, --ray-address answering: before the run dir is touched
         from dtpo.cli.ray_launch import check_ray_engine
@@ -79,10 +83,11 @@ def resolve(config: RunConfig) -> RunConfig:
 
 
 def check_tuning(config: RunConfig) -> None:
-    """Refuse a ``--tune`` request that cannot work, before any worker starts.
+    """Refuse a ``--tune`` request that cannot work on this machine, before any worker starts (what the
+    configuration alone decides, :class:`RunConfig` has checked).
 
     Raises:
-        ConfigError: A bad ``--cost``, fixed knobs next to ``--tune``, or no GPU whose knobs dtpo can reach.
+        ConfigError: A bad ``--cost``, no GPU whose knobs dtpo can reach, or a precision this device cannot run.
     """
     from dtpo.devices.base import DeviceError
     from dtpo.devices.nvml import open_nvml_gpus
@@ -95,10 +100,6 @@ def check_tuning(config: RunConfig) -> None:
     if tune.job_knobs:
         check_job_tuning(config)
         return
-    if config.knobs.requested:
-        raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock")
-    if tune.knob == "stragglers" and config.launch.workers < 2:
-        raise ConfigError("--tune stragglers slows down ranks that wait for others: it needs --workers 2 or more")
     try:
         gpus = [gpu for gpu in open_nvml_gpus() if gpu.knob_key is not None]
     except DeviceError as exc:
@@ -115,21 +116,13 @@ def check_tuning(config: RunConfig) -> None:
 
 
 def check_job_tuning(config: RunConfig) -> None:
-    """Refuse job-knob tuning that cannot run here: compression without DDP on 2+ workers, or a starting
-    precision this machine's device cannot run.
+    """Refuse job-knob tuning whose starting precision this machine's device cannot run.
 
     Raises:
         ConfigError: One line naming the setting.
     """
     from dtpo.session.precision import check_precision
 
-    knobs = config.tune.job_knobs
-    if not config.energy.enabled and config.tune.cost != "time":
-        raise ConfigError(f"--tune {config.tune.knob} --cost {config.tune.cost} needs energy measured: drop "
-                          "--no-energy, or tune for --cost time")
-    if "compression" in knobs and (config.launch.workers < 2 or config.session.strategy != "ddp"):
-        raise ConfigError("--tune compression needs DDP on 2 or more workers (--workers 2 --strategy ddp): "
-                          "gradients are compressed in DDP's all-reduce")
     check_precision(config.session.precision, _training_device())
 
 

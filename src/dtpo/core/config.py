@@ -23,17 +23,16 @@ the record keeps it, and ``dtpo train --config RUN_DIR/config.json`` (or a TOML 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 import tomllib
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from dtpo.core.config_section import Section, field_docs, flag
+from dtpo.core.config_section import ConfigField, Section, Tree, flag, tree_fields
+from dtpo.core.config_section import field_docs as field_docs  # re-exported: the sections' documentation
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import write_json_atomic
 
@@ -403,8 +402,19 @@ SECTIONS: dict[str, type[Section]] = {
 
 
 @dataclass(kw_only=True)
-class RunConfig:
-    """Everything a run was asked to do: the root of the configuration tree."""
+class RunConfig(Tree):
+    """Everything a run was asked to do: the root of the configuration tree.
+
+    Besides each section's own checks, ``__post_init__`` checks what several sections must agree on (the same
+    for ``dtpo train``, a configuration file and ``dtpo.Session(run_config=...)``): more steps than warm-up
+    steps, ``--tune`` of GPU knobs without fixed knobs, ``--tune stragglers`` on several workers, and job-knob
+    tuning with energy measured (unless it tunes for time) and compression only under DDP on several workers.
+    What depends on the machine (a GPU with knobs, a precision the device runs, a free metrics port, threads
+    per worker) is checked by the command that starts the run.
+    """
+
+    SECTIONS: ClassVar[dict[str, type[Section]]] = SECTIONS
+    SCHEMA: ClassVar[str | None] = CONFIG_SCHEMA
 
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     """What to train."""
@@ -423,49 +433,27 @@ class RunConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints and resuming."""
 
-    def __post_init__(self) -> None:
-        for name, cls in SECTIONS.items():
-            if not isinstance(getattr(self, name), cls):
-                raise ConfigError(f"{name} must be a {cls.__name__}, got {type(getattr(self, name)).__name__}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict, with the schema version."""
-        return {"schema": CONFIG_SCHEMA, **{name: getattr(self, name).to_dict() for name in SECTIONS}}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        """Build (and validate) a tree from nested dicts; unknown sections or fields are errors."""
-        if not isinstance(data, dict):
-            raise ConfigError(f"a run configuration must be a mapping, got {type(data).__name__}")
-        data = dict(data)
-        schema = data.pop("schema", CONFIG_SCHEMA)
-        if schema != CONFIG_SCHEMA:
-            raise ConfigError(f"unsupported configuration schema {schema!r} (this dtpo reads {CONFIG_SCHEMA})")
-        unknown = sorted(set(data) - set(SECTIONS))
-        if unknown:
-            raise ConfigError(f"unknown configuration section(s): {', '.join(unknown)} "
-                              f"(known: {', '.join(SECTIONS)})")
-        sections = {}
-        for name, section_cls in SECTIONS.items():
-            values = data.get(name, {})
-            if not isinstance(values, dict):
-                raise ConfigError(f"{name} must be a mapping of settings, got {values!r}")
-            known = {f.name for f in dataclasses.fields(section_cls)}
-            extra = sorted(set(values) - known)
-            if extra:
-                raise ConfigError(f"unknown setting(s) in {name}: {', '.join(extra)} "
-                                  f"(known: {', '.join(sorted(known))})")
-            sections[name] = section_cls(**values)
-        return cls(**sections)
-
-    def replace(self, **sections: dict[str, Any]) -> RunConfig:
-        """A copy with some fields changed, e.g. ``replace(launch={"workers": 4})`` (validated again)."""
-        data = self.to_dict()
-        for name, values in sections.items():
-            if name not in SECTIONS:
-                raise ConfigError(f"unknown configuration section {name!r}")
-            data[name].update(values)
-        return RunConfig.from_dict(data)
+    def _check_rules(self) -> None:
+        steps, warmup = self.workload.steps, self.session.warmup_steps
+        if steps is not None and steps <= warmup:
+            raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
+                              f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
+        tune = self.tune
+        if tune.knob is None:
+            return
+        if tune.job_knobs:
+            if not self.energy.enabled and tune.cost != "time":
+                raise ConfigError(f"--tune {tune.knob} --cost {tune.cost} needs energy measured: drop "
+                                  "--no-energy, or tune for --cost time")
+            if "compression" in tune.job_knobs and (self.launch.workers < 2 or self.session.strategy != "ddp"):
+                raise ConfigError("--tune compression needs DDP on 2 or more workers (--workers 2 --strategy "
+                                  "ddp): gradients are compressed in DDP's all-reduce")
+            return
+        if self.knobs.requested:
+            raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock")
+        if tune.knob == "stragglers" and self.launch.workers < 2:
+            raise ConfigError("--tune stragglers slows down ranks that wait for others: it needs --workers 2 or "
+                              "more")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the tree as JSON (atomically, with the umask's permissions)."""
@@ -496,48 +484,6 @@ class RunConfig:
         return cls.from_dict(data)
 
 
-@dataclass(frozen=True)
-class ConfigField:
-    """One leaf of the tree as the CLI sees it.
-
-    Attributes:
-        section: The section's name (``"session"``).
-        name: The field's name (``"grad_accum"``).
-        flag: The command-line flag (``"--grad-accum"``), or ``None`` for fields that are not flags.
-        short: A one-letter alias, if any.
-        type: The field's type with ``None`` removed (``int``, ``float``, ``str``, ``bool``).
-        optional: Whether ``None`` is allowed.
-        default: The default value.
-        help: The documentation under the field.
-    """
-
-    section: str
-    name: str
-    flag: str | None
-    short: str | None
-    type: type
-    optional: bool
-    default: Any
-    help: str
-
-    @property
-    def path(self) -> str:
-        """``section.name``."""
-        return f"{self.section}.{self.name}"
-
-
 def config_fields() -> list[ConfigField]:
-    """Every leaf of the tree, in declaration order."""
-    out = []
-    for section, cls in SECTIONS.items():
-        hints = typing.get_type_hints(cls)
-        docs = field_docs(cls)
-        for f in dataclasses.fields(cls):
-            hint = hints[f.name]
-            args = [a for a in typing.get_args(hint) if a is not type(None)]
-            optional = bool(typing.get_args(hint)) and type(None) in typing.get_args(hint)
-            kind = args[0] if optional else hint
-            default = f.default if f.default is not dataclasses.MISSING else None
-            out.append(ConfigField(section, f.name, f.metadata.get("flag"), f.metadata.get("short"), kind,
-                                   optional, default, docs.get(f.name, "")))
-    return out
+    """Every leaf of the run's tree, in declaration order."""
+    return tree_fields(RunConfig)

@@ -1,0 +1,305 @@
+"""The configuration tree of ``dtpo simulate``: the simulated job, the knobs it runs at or sweeps, the tuner run
+on it, its stragglers, and where the result goes.
+
+::
+
+    SimulateConfig
+      job         SimJobConfig         GPU model, workload, batch, GPUs, steps, model or trace, noise, seed
+      knobs       SimKnobConfig        a power limit / SM clock held, or a knob swept
+      tune        SimTuneConfig        dtpo's tuner on the job: the knob, the cost metric, the grid
+      stragglers  SimStragglerConfig   slow ranks, their pattern and period
+      output      SimOutputConfig      JSON, run directory, run store; or only list the models
+
+The tree says which of the command's modes it asks for (:attr:`SimulateConfig.mode`: one setting, a sweep,
+the tuner, per-rank straggler slowdown, or the list of models) and checks, in one line naming the flags, what
+the values must agree on for that mode. The limits of the simulated job itself (GPUs, steps, the GPU model's
+range, a straggler pattern's name) are checked by the job, which knows them; the documentation of the fields
+names them as ``{PLACEHOLDERS}`` the command fills in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from dtpo.core.config import TUNE_KNOBS
+from dtpo.core.config_section import Section, Tree, flag
+from dtpo.core.errors import ConfigError
+
+__all__ = ["MODEL_CHOICES", "SIM_SWEEPS", "SimJobConfig", "SimKnobConfig", "SimOutputConfig", "SimStragglerConfig",
+           "SimTuneConfig", "SimulateConfig", "parse_stragglers"]
+
+MODEL_CHOICES: tuple[str, ...] = ("auto", "calibrated", "parametric")
+SIM_SWEEPS: tuple[str, ...] = ("power-limit", "sm-clock")  # the knobs a simulation sweeps
+STRAGGLER_TUNE = "stragglers"  # --tune stragglers: per-rank slowdown, simulate only (not a TUNE_KNOBS value)
+DEFAULT_WORKLOAD = "resnet50"
+DEFAULT_COST = "zeus:0.5"
+DEFAULT_TUNE_STEP_W = 25.0
+DEFAULT_COUNTER_PERIOD_S = 0.1
+DEFAULT_PATTERN = "static"
+DEFAULT_PERIOD_STEPS = 500
+MODES: tuple[str, ...] = ("list", "stragglers", "tune", "sweep", "setting")
+
+
+def _finite(flag_name: str, value: float | None) -> None:
+    if value is not None and not math.isfinite(value):
+        raise ConfigError(f"{flag_name} must be a finite number, got {value:g}")
+
+
+def _number(section: Section, name: str) -> float | None:
+    """A float field (an integer is taken as a number); ``None`` stays."""
+    value = getattr(section, name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+        setattr(section, name, value)
+    if value is not None and not isinstance(value, float):
+        raise section._fail(name, f"must be a number or null, got {value!r}")
+    return value
+
+
+@dataclass(kw_only=True)
+class SimJobConfig(Section):
+    """The simulated job: which GPUs, how many, what they train, which model of them, and its noise."""
+
+    SECTION: ClassVar[str] = "job"
+
+    gpu: str = field(default="A40", metadata=flag("--gpu"))
+    """GPU model: A40, V100, H100-SXM, A100-SXM, MI250X (with --trace: the GPU the trace was measured on)."""
+    workload: str | None = field(default=None, metadata=flag("--workload", short="-w"))
+    """Workload (see --list; default {DEFAULT_WORKLOAD}). With --trace: which of the file's traces, as NETWORK,
+    NETWORK/DATASET or NETWORK/DATASET/OPTIMIZER (default: the file's only one)."""
+    batch_size: int | None = field(default=None, metadata=flag("--batch-size"))
+    """Per-GPU batch (default: the model's). With --trace: picks the file's trace of that batch, or is the batch of
+    a file without a batch_size column (default 1)."""
+    gpus: int = field(default=8, metadata=flag("--gpus"))
+    """Number of data-parallel GPUs (at most {MAX_GPUS:,})."""
+    steps: int = field(default=1000, metadata=flag("--steps"))
+    """Training steps per setting (at most {MAX_STEPS:,})."""
+    model: str = field(default="auto", metadata=flag("--model"))
+    """auto (calibrated where a measured trace exists), calibrated, parametric."""
+    trace: Path | None = field(default=None, metadata=flag("--trace"))
+    """Calibrate on your own measured power-limit sweep: a CSV with the shipped Zeus columns
+    power_limit,time_per_epoch,average_power (W, s, W), optionally dataset,network,batch_size,optimizer and
+    samples_per_epoch (needed unless the dataset is one dtpo knows). Name its GPU with --gpu."""
+    noise: float = field(default=0.01, metadata=flag("--noise"))
+    """Relative noise (std) on step time and power."""
+    counter_period: float | None = field(default=None, metadata=flag("--counter-period"))
+    """Energy-counter update period (s; default {DEFAULT_COUNTER_PERIOD_S:g})."""
+    seed: int = field(default=0, metadata=flag("--seed"))
+    """Noise seed."""
+
+    def __post_init__(self) -> None:
+        self._check_type("gpu", str, False)
+        self._check_type("workload", str, True)
+        self._check_type("model", str, False)
+        self._path("trace")
+        for name in ("batch_size", "gpus", "steps", "seed"):  # ranges: the simulated job's own checks
+            self._check_type(name, int, name == "batch_size")
+        _number(self, "noise")
+        _number(self, "counter_period")
+
+
+@dataclass(kw_only=True)
+class SimKnobConfig(Section):
+    """The GPU knobs every GPU runs at, or the knob swept over its settings."""
+
+    SECTION: ClassVar[str] = "knobs"
+
+    power_limit_w: float | None = field(default=None, metadata=flag("--power-limit"))
+    """Power limit in watts on every GPU."""
+    sm_clock_mhz: int | None = field(default=None, metadata=flag("--sm-clock"))
+    """Lock SM clocks at this supported MHz."""
+    sweep: str | None = field(default=None, metadata=flag("--sweep"))
+    """Sweep a knob: power-limit or sm-clock."""
+
+    def __post_init__(self) -> None:
+        _number(self, "power_limit_w")
+        self._check_type("sm_clock_mhz", int, True)
+        self._check_type("sweep", str, True)
+
+    @property
+    def fixed(self) -> bool:
+        """Whether a power limit or an SM clock is held."""
+        return self.power_limit_w is not None or self.sm_clock_mhz is not None
+
+
+@dataclass(kw_only=True)
+class SimTuneConfig(Section):
+    """dtpo's tuner run on the simulated job (``--tune``), or per-rank straggler slowdown."""
+
+    SECTION: ClassVar[str] = "tune"
+
+    knob: str | None = field(default=None, metadata=flag("--tune"))
+    """Run dtpo's tuner on the simulated job: power-limit, sm-clock or both (see --cost); or stragglers: slow down
+    the ranks that only wait for the --straggler ranks."""
+    cost: str | None = field(default=None, metadata=flag("--cost"))
+    """What --tune minimises: energy, time, zeus:ETA, slowdown:FACTOR or dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR
+    (default {DEFAULT_COST})."""
+    step_w: float | None = field(default=None, metadata=flag("--tune-step"))
+    """Power-limit grid of --tune, in watts (default {DEFAULT_TUNE_STEP_W:g})."""
+
+    def __post_init__(self) -> None:
+        self._check_type("knob", str, True)
+        self._check_type("cost", str, True)
+        _number(self, "step_w")
+
+
+@dataclass(kw_only=True)
+class SimStragglerConfig(Section):
+    """Ranks that compute slower than the others, and how their slowness moves."""
+
+    SECTION: ClassVar[str] = "stragglers"
+
+    straggler: str | None = field(default=None, metadata=flag("--straggler"))
+    """RANK:FACTOR, one GPU that much slower; with --tune stragglers a comma-separated list of them."""
+    pattern: str | None = field(default=None, metadata=flag("--straggler-pattern"))
+    """With --tune stragglers: {PATTERNS} (default {DEFAULT_PATTERN}): the slow ranks stay, move on to the next
+    rank every --period steps, or are slow for --period steps and then not."""
+    period: int | None = field(default=None, metadata=flag("--period"))
+    """With --tune stragglers: steps between a drifting straggler's moves or an intermittent one's switches
+    (default {DEFAULT_PERIOD_STEPS})."""
+
+    def __post_init__(self) -> None:
+        self._check_type("straggler", str, True)
+        self._check_type("pattern", str, True)
+        self._check_type("period", int, True)
+
+    @property
+    def ranks(self) -> tuple[tuple[int, float], ...]:
+        """The stragglers as ``(rank, factor)`` pairs (see :func:`parse_stragglers`)."""
+        return parse_stragglers(self.straggler)
+
+
+@dataclass(kw_only=True)
+class SimOutputConfig(Section):
+    """Where the result goes besides the terminal; or only a list of what can be simulated."""
+
+    SECTION: ClassVar[str] = "output"
+
+    json: Path | None = field(default=None, metadata=flag("--json"))
+    """Also write the results to this JSON file."""
+    run_dir: Path | None = field(default=None, metadata=flag("--run-dir"))
+    """Write the results here as simulate.json (default: runs/simulate-<run id>)."""
+    store: str | None = field(default=None, metadata=flag("--store"))
+    """SQLite run store the result is registered in (default: $DTPO_STORE, else runs/dtpo.sqlite)."""
+    list: bool = field(default=False, metadata=flag("--list", negatable=False))
+    """List GPU models and workloads (with --trace: the file's traces), then exit."""
+
+    def __post_init__(self) -> None:
+        self._path("json")
+        self._path("run_dir")
+        self._check_type("store", str, True)
+        self._bool("list")
+
+
+@dataclass(kw_only=True)
+class SimulateConfig(Tree):
+    """Everything ``dtpo simulate`` was asked to do."""
+
+    SECTIONS: ClassVar[dict[str, type[Section]]] = {
+        "job": SimJobConfig, "knobs": SimKnobConfig, "tune": SimTuneConfig, "stragglers": SimStragglerConfig,
+        "output": SimOutputConfig}
+
+    job: SimJobConfig = field(default_factory=SimJobConfig)
+    """The simulated job."""
+    knobs: SimKnobConfig = field(default_factory=SimKnobConfig)
+    """Knobs held or swept."""
+    tune: SimTuneConfig = field(default_factory=SimTuneConfig)
+    """The tuner run on the job."""
+    stragglers: SimStragglerConfig = field(default_factory=SimStragglerConfig)
+    """Slow ranks."""
+    output: SimOutputConfig = field(default_factory=SimOutputConfig)
+    """JSON, run directory and run store."""
+
+    @property
+    def mode(self) -> str:
+        """What is simulated: ``list`` (only the models), ``stragglers`` (per-rank slowdown), ``tune`` (the
+        power tuner), ``sweep`` (a knob over its settings) or ``setting`` (one setting against the default)."""
+        if self.output.list:
+            return "list"
+        if self.tune.knob == STRAGGLER_TUNE:
+            return "stragglers"
+        if self.tune.knob is not None:
+            return "tune"
+        return "sweep" if self.knobs.sweep is not None else "setting"
+
+    def _check_rules(self) -> None:
+        job, knobs, tune = self.job, self.knobs, self.tune
+        if job.trace is not None and job.model == "parametric":
+            raise ConfigError("--model parametric cannot use --trace: a measured trace gives a calibrated model")
+        if self.mode == "list":
+            return
+        if job.model not in MODEL_CHOICES:
+            raise ConfigError(f"--model must be one of {', '.join(MODEL_CHOICES)}, got {job.model!r}")
+        if knobs.sweep is not None and knobs.sweep not in SIM_SWEEPS:
+            raise ConfigError(f"--sweep must be one of {', '.join(SIM_SWEEPS)}, got {knobs.sweep!r}")
+        if (knobs.sweep == "power-limit" and knobs.power_limit_w is not None
+                or knobs.sweep == "sm-clock" and knobs.sm_clock_mhz is not None):
+            raise ConfigError(f"--sweep {knobs.sweep} already sets that knob; drop the fixed value")
+        for flag_name, value in (("--power-limit", knobs.power_limit_w), ("--noise", job.noise),
+                                 ("--counter-period", job.counter_period)):
+            _finite(flag_name, value)
+        if self.mode == "stragglers":
+            self._check_stragglers()
+            return
+        if self.stragglers.pattern is not None or self.stragglers.period is not None:
+            raise ConfigError(f"--straggler-pattern and --period apply only to --tune {STRAGGLER_TUNE}")
+        if tune.knob is not None:
+            if tune.knob not in TUNE_KNOBS:
+                raise ConfigError(f"--tune must be one of {', '.join(TUNE_KNOBS)}, got {tune.knob!r} (or "
+                                  f"{STRAGGLER_TUNE}, with --straggler, to slow down the ranks that wait for a "
+                                  "straggler)")
+            if knobs.sweep is not None or knobs.fixed:
+                raise ConfigError("--tune chooses the settings itself; drop --sweep, --power-limit and --sm-clock")
+            _finite("--tune-step", tune.step_w)
+            if tune.step_w is not None and tune.step_w <= 0:
+                raise ConfigError(f"--tune-step must be > 0 W, got {tune.step_w:g}")
+        ranks = self.stragglers.ranks
+        if len(ranks) > 1:
+            raise ConfigError(f"--straggler {self.stragglers.straggler} names {len(ranks)} stragglers; only --tune "
+                              f"{STRAGGLER_TUNE} simulates several (the other modes take one RANK:FACTOR)")
+
+    def _check_stragglers(self) -> None:
+        """A one-line error for an option that ``--tune stragglers`` cannot take."""
+        job, knobs, tune = self.job, self.knobs, self.tune
+        if knobs.sweep is not None or knobs.fixed:
+            raise ConfigError(f"--tune {STRAGGLER_TUNE} chooses each rank's clock itself; drop --sweep, "
+                              "--power-limit and --sm-clock")
+        if job.trace is not None:
+            raise ConfigError(f"--tune {STRAGGLER_TUNE} runs on the shipped models; it cannot use --trace yet")
+        if job.model != "auto":
+            raise ConfigError(f"--tune {STRAGGLER_TUNE} picks the model itself (calibrated where a trace exists); "
+                              "drop --model")
+        for flag_name, value in (("--cost", tune.cost), ("--tune-step", tune.step_w),
+                                 ("--counter-period", job.counter_period)):
+            if value is not None:
+                raise ConfigError(f"--tune {STRAGGLER_TUNE} does not use {flag_name} (it keeps each rank just ahead "
+                                  "of the slowest one, and its energy is exact)")
+        self.stragglers.ranks  # noqa: B018 - the list's grammar, before anything runs
+
+
+def parse_stragglers(text: str | None) -> tuple[tuple[int, float], ...]:
+    """``"3:1.25"`` -> rank 3 computes 1.25x slower; ``"3:1.2,5:1.1"`` -> two stragglers; ``None`` -> none.
+
+    Raises:
+        ConfigError: Not ``RANK:FACTOR[,RANK:FACTOR...]`` with finite factors above 0 and each rank once.
+    """
+    if not text:
+        return ()
+    out: list[tuple[int, float]] = []
+    for item in text.split(","):
+        rank, sep, factor = item.strip().partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            parsed = int(rank), float(factor)
+        except ValueError:
+            raise ConfigError(f"--straggler must be RANK:FACTOR[,RANK:FACTOR...], e.g. 3:1.2, got {text!r}") from None
+        if not math.isfinite(parsed[1]) or parsed[1] <= 0:
+            raise ConfigError(f"--straggler factor must be a finite number > 0, got {factor.strip()!r}")
+        if parsed[0] in (r for r, _ in out):
+            raise ConfigError(f"--straggler names rank {parsed[0]} twice")
+        out.append(parsed)
+    return tuple(out)
