@@ -40,7 +40,7 @@ import time
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -52,6 +52,7 @@ from torch.distributed.checkpoint.stateful import Stateful
 from dtpo.core.config import CheckpointConfig
 from dtpo.core.errors import ConfigError, first_line
 from dtpo.core.record import write_json_atomic
+from dtpo.core.steps import RunView
 from dtpo.dist.process_group import DistContext
 from dtpo.session.checkpoint_files import (
     MARKER,
@@ -74,8 +75,24 @@ from dtpo.session.checkpoint_state import (
     set_rng_state,
 )
 
-if TYPE_CHECKING:
-    from dtpo.session.session import Session
+
+class Checkpointed(RunView, Protocol):
+    """What checkpoints read of the Session they save and restore: the step stream's host, its model, how many
+    optimizer steps it did, and its own state (``state_dict`` / ``load_state_dict``)."""
+
+    @property
+    def model(self) -> nn.Module | None:
+        """The wrapped model (``None`` before ``wrap``)."""
+
+    @property
+    def step_count(self) -> int:
+        """Optimizer steps done so far."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step, switches, scaler and data position."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +177,7 @@ class Checkpoints:
 
     # -- resuming ------------------------------------------------------------------------------------------
 
-    def resume(self, session: Session) -> int | None:
+    def resume(self, session: Checkpointed) -> int | None:
         """Load the checkpoint to resume from, if any (once; every rank together).
 
         Returns:
@@ -220,7 +237,7 @@ class Checkpoints:
             log.warning("restarted before the first complete checkpoint: training starts over")
         return found, None
 
-    def _load(self, session: Session, info: CheckpointInfo) -> dict[str, Any]:
+    def _load(self, session: Checkpointed, info: CheckpointInfo) -> dict[str, Any]:
         """Load one checkpoint into the model and optimizers; returns this rank's own state."""
         assert session.model is not None
         own = RankState()
@@ -233,7 +250,7 @@ class Checkpoints:
             raise RuntimeError(f"rank {self.ctx.rank}'s own state is missing or of another step")
         return value
 
-    def _restore(self, session: Session, info: CheckpointInfo, state: dict[str, Any], load_s: float) -> None:
+    def _restore(self, session: Checkpointed, info: CheckpointInfo, state: dict[str, Any], load_s: float) -> None:
         """Everything but the data position, RNG and callbacks (those come once training starts)."""
         self.resumed = info
         # a rank's state on disk (format dtpo.checkpoint/1) keeps the Session's switches under "session"
@@ -251,7 +268,7 @@ class Checkpoints:
         if session.is_main:
             log.info("resumed from %s (step %d, loaded in %.2f s)", info.path, info.step, load_s)
 
-    def restore_callbacks(self, session: Session) -> None:
+    def restore_callbacks(self, session: Checkpointed) -> None:
         """Give every callback with ``load_state_dict`` its saved state (after ``on_train_start`` built it)."""
         states, self._callback_states = self._callback_states, {}
         for key, callback in _stateful_callbacks(session):
@@ -276,7 +293,7 @@ class Checkpoints:
 
     # -- saving --------------------------------------------------------------------------------------------
 
-    def after_step(self, session: Session) -> None:
+    def after_step(self, session: Checkpointed) -> None:
         """At the end of every optimizer step: complete a background save that is done, and save when due.
 
         ``--checkpoint-every N`` saves after every multiple of N steps. A duration is turned into steps at the
@@ -306,7 +323,7 @@ class Checkpoints:
     def _steps_per(seconds: float, step_s: float) -> int:
         return max(1, round(seconds / max(step_s, 1e-6)))
 
-    def save(self, session: Session) -> None:
+    def save(self, session: Checkpointed) -> None:
         """Save a checkpoint of the current step now (every rank together, between optimizer steps)."""
         assert session.model is not None and self.root is not None
         started = time.perf_counter()
@@ -347,7 +364,7 @@ class Checkpoints:
         session.rank_record.checkpoints.append({"step": step, "blocked_s": time.perf_counter() - started,
                                                 "async": self.config.async_save})
 
-    def _rank_state(self, session: Session, progress: dict[str, Any]) -> dict[str, Any]:
+    def _rank_state(self, session: Checkpointed, progress: dict[str, Any]) -> dict[str, Any]:
         own = session.state_dict()
         return {
             "step": own["step"],
@@ -414,7 +431,7 @@ class Checkpoints:
 
     # -- helpers -------------------------------------------------------------------------------------------
 
-    def _energy_so_far(self, session: Session) -> float:
+    def _energy_so_far(self, session: Checkpointed) -> float:
         energy = session.energy
         if energy is None or self._energy_start is None:
             return 0.0
@@ -468,7 +485,7 @@ def _single_process_quiet() -> Iterator[None]:
         yield
 
 
-def _stateful_callbacks(session: Session) -> list[tuple[str, Any]]:
+def _stateful_callbacks(session: Checkpointed) -> list[tuple[str, Any]]:
     """The Session's callbacks that keep state across a resume, each with a stable key (class name, and its
     position among callbacks of that class)."""
     out = []
