@@ -48,7 +48,7 @@ def plain_loop(loop_config: dict[str, Any]) -> None:
     import ray.train.torch
     import torch
 
-    from dtpo.examples import get_workload
+    from dtpo.workloads import get_workload
 
     torch.set_num_threads(loop_config["threads"])
     context = ray.train.get_context()
@@ -81,7 +81,7 @@ def run_plain(out: Path, steps: int, workload: str) -> None:
     from ray.train.torch import TorchTrainer
 
     from dtpo.core.config import RunConfig
-    from dtpo.examples import with_workload_defaults
+    from dtpo.workloads import with_workload_defaults
 
     config = with_workload_defaults(RunConfig().replace(workload={"name": workload, "steps": steps}))
     workers = config.launch.workers

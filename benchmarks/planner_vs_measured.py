@@ -5,7 +5,7 @@ CPU each all-reduce costs, which a CPU job pays while backward runs), nothing el
 predicts:
 
 * **one node, 2 processes** (``dtpo train --workers 2``), the intra-node link being the loopback, fitted from
-  ``python -m dtpo.dist.link_probe`` on 2 local processes;
+  ``python -m dtpo.distributed.link_probe`` on 2 local processes;
 * **two nodes, 1 process each**: two network namespaces joined by a veth pair, each end shaped with a ``tc``
   token bucket at each ``--rates`` rate; workers started by ``torch.distributed.run`` in each namespace
   (static rendezvous at 10.77.0.1), the link fitted from ``link_probe`` across the namespaces at that rate.
@@ -271,7 +271,7 @@ def probe_local(s: Settings, name: str) -> AlphaBetaFit:
     out = s.out / f"{name}.json"
     out.unlink(missing_ok=True)
     run_logged([PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-                "dtpo.dist.link_probe", "--sizes", s.sizes, "--repeats", str(s.repeats), "--out", str(out)],
+                "dtpo.distributed.link_probe", "--sizes", s.sizes, "--repeats", str(s.repeats), "--out", str(out)],
                s.out / f"{name}.log")
     return fit_link_probe(json.loads(out.read_text()))
 
@@ -290,14 +290,14 @@ def probe_netns(s: Settings, name: str) -> AlphaBetaFit:
     """The shaped veth between one process in each namespace, fitted from all-reduce timings."""
     out = s.out / f"{name}.json"
     out.unlink(missing_ok=True)
-    run_pair(_ns_commands(s, ["dtpo.dist.link_probe", "--sizes", s.veth_sizes, "--repeats", str(s.repeats),
+    run_pair(_ns_commands(s, ["dtpo.distributed.link_probe", "--sizes", s.veth_sizes, "--repeats", str(s.repeats),
                               "--out", str(out)]), [s.out / f"{name}-A.log", s.out / f"{name}-B.log"])
     return fit_link_probe(json.loads(out.read_text()))
 
 
 def train_netns(s: Settings, name: str) -> Measured:
     """The workload on one process in each namespace, through ``torch.distributed.run`` and
-    ``dtpo.examples.train`` reading a RunConfig file."""
+    ``dtpo.workloads.train`` reading a RunConfig file."""
     run_dir = _fresh(s.out / name)
     config = RunConfig(workload=WorkloadConfig(name=s.workload, steps=s.steps, batch_size=s.batch_size),
                        session=SessionConfig(warmup_steps=s.warmup, count_flops=False),
@@ -305,7 +305,7 @@ def train_netns(s: Settings, name: str) -> Measured:
                        launch=LaunchConfig(workers=1, threads_per_worker=1, run_dir=str(run_dir), overwrite=True))
     path = config.save(s.out / f"{name}.config.json")
     before = cpu_ticks()
-    run_pair(_ns_commands(s, ["dtpo.examples.train", str(path)]), [s.out / f"{name}-A.log", s.out / f"{name}-B.log"])
+    run_pair(_ns_commands(s, ["dtpo.workloads.train", str(path)]), [s.out / f"{name}-A.log", s.out / f"{name}-B.log"])
     return replace(read_run(run_dir), steal=steal_share(before, cpu_ticks()))
 
 

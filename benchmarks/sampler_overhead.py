@@ -52,7 +52,7 @@ from dtpo.devices.base import Device, DeviceError
 from dtpo.devices.discovery import discover
 from dtpo.devices.integrator import PowerIntegrator
 from dtpo.energy.monitor import Monitor
-from dtpo.examples.mlp import SyntheticMLP
+from dtpo.workloads.mlp import SyntheticMLP
 
 SAMPLE_HZ = 10.0
 SAMPLER_GOAL_PCT = 0.5

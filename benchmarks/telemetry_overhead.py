@@ -38,7 +38,7 @@ from overhead import cpu_seconds, describe, dtpo_step, interleaved_rounds  # noq
 import dtpo  # noqa: E402
 from dtpo.core.config import RunConfig, TelemetryConfig  # noqa: E402
 from dtpo.core.record import RunRecord  # noqa: E402
-from dtpo.telemetry.store import RunStore  # noqa: E402
+from dtpo.telemetry.store.database import RunStore  # noqa: E402
 from dtpo.telemetry.trace import write_traces  # noqa: E402
 
 GOAL = 1.01
@@ -77,7 +77,7 @@ def time_metrics_callback(session: dtpo.Session, calls: int = 5000) -> dict[str,
     """CPU seconds per call of the metrics callback's step and window hooks on this rank (what telemetry adds to
     a step, measured directly rather than as a difference of two noisy step times)."""
     from dtpo.core.callbacks import Window
-    from dtpo.session.metrics_callback import MetricsCallback
+    from dtpo.session.callbacks.metrics import MetricsCallback
 
     [callback] = [c for c in session.callbacks if isinstance(c, MetricsCallback)]
     step = session.rank_record.steps[-1]

@@ -27,11 +27,11 @@ def _rank_main(rank: int, fn: Callable[..., Any], world_size: int, port: int, ar
                       WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
     import torch
 
-    from dtpo.dist.worker_exit import exit_now
+    from dtpo.distributed.worker_exit import exit_now
 
     torch.set_num_threads(1)
     fn(rank, world_size, *args)
-    exit_now(0)  # as dtpo's own workers end: see dtpo.dist.worker_exit
+    exit_now(0)  # as dtpo's own workers end: see dtpo.distributed.worker_exit
 
 
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any) -> None:

@@ -201,8 +201,9 @@ def test_the_layer_order_is_written_down_in_the_architecture_doc() -> None:
     ranks = read_layers(DOC.read_text(encoding="utf-8"))
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert packages <= set(ranks), f"packages missing from the layer order: {sorted(packages - set(ranks))}"
-    assert ranks["cli"] > ranks["examples"] > ranks["session"] > ranks["tune"] > ranks["plan"]
-    assert ranks["plan"] > ranks["dist"] == ranks["telemetry"] > ranks["energy"] > ranks["devices"] > ranks["core"]
+    assert ranks["cli"] > ranks["workloads"] > ranks["session"] > ranks["tune"] > ranks["plan"]
+    assert ranks["plan"] > ranks["distributed"] == ranks["telemetry"] > ranks["energy"]
+    assert ranks["energy"] > ranks["devices"] > ranks["core"]
 
 
 def test_imports_point_down() -> None:
@@ -262,8 +263,8 @@ def test_the_checker_flags_a_package_with_no_layer(synthetic: Path) -> None:
 
 
 def test_the_layer_block_is_parsed_top_down_with_shared_rows() -> None:
-    text = "intro\n```layers\ncli\nplan      # comment\ndist, telemetry\ncore\n```\n"
-    assert read_layers(text) == {"cli": 4, "plan": 3, "dist": 2, "telemetry": 2, "core": 1}
+    text = "intro\n```layers\ncli\nplan      # comment\ndistributed, telemetry\ncore\n```\n"
+    assert read_layers(text) == {"cli": 4, "plan": 3, "distributed": 2, "telemetry": 2, "core": 1}
     with pytest.raises(ValueError):
         read_layers("```text\ncli\n```\n")
     with pytest.raises(ValueError):

@@ -31,7 +31,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(session, name)
     if name == "JobTuneCallback":
-        from dtpo.session.job_tuning import JobTuneCallback
+        from dtpo.session.tuning.job_knobs import JobTuneCallback
 
         return JobTuneCallback
     raise AttributeError(f"module 'dtpo' has no attribute {name!r}")

@@ -15,11 +15,11 @@ from conftest import dtpo_cli
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from dtpo.dist.launch import _restarts_possible, parse_launch_args
-from dtpo.examples import get_workload, with_workload_defaults
-from dtpo.examples.train import check_checkpoints
-from dtpo.session.checkpoint_files import MARKER
-from dtpo.session.checkpoint_state import model_fingerprint
+from dtpo.distributed.launch import _restarts_possible, parse_launch_args
+from dtpo.session.checkpoint.files import MARKER
+from dtpo.session.checkpoint.state import model_fingerprint
+from dtpo.workloads import get_workload, with_workload_defaults
+from dtpo.workloads.train import check_checkpoints
 
 SCRIPT = textwrap.dedent("""
     import os, signal, sys
@@ -134,7 +134,7 @@ def _model_weights(checkpoint: Path, out: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_the_builtin_workload_resumed_equals_one_never_stopped(tmp_path: Path) -> None:
-    """``dtpo.examples.train`` (what ``dtpo train`` runs), FSDP2: 3 steps, then 3 more resumed from its checkpoint,
+    """``dtpo.workloads.train`` (what ``dtpo train`` runs), FSDP2: 3 steps, then 3 more resumed from its checkpoint,
     against 6 steps in one go."""
     strategy = "fsdp"
 
@@ -145,7 +145,7 @@ def test_the_builtin_workload_resumed_equals_one_never_stopped(tmp_path: Path) -
                                      checkpoint={"every": "3", **checkpoint})
         path = config.save(tmp_path / f"{name}.json")
         result = subprocess.run(dtpo_cli("launch", "--standalone", "--nproc-per-node", "2", "--run-dir",
-                                         str(tmp_path / name), "-m", "dtpo.examples.train", str(path)),
+                                         str(tmp_path / name), "-m", "dtpo.workloads.train", str(path)),
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr
 
@@ -165,7 +165,7 @@ def _worker_pids(run_dir: Path) -> list[int]:
     for proc in Path("/proc").glob("[0-9]*"):
         try:
             if str(run_dir).encode() in (proc / "environ").read_bytes() and \
-                    b"dtpo.examples.train" in (proc / "cmdline").read_bytes():
+                    b"dtpo.workloads.train" in (proc / "cmdline").read_bytes():
                 found.append(int(proc.name))
         except OSError:
             continue

@@ -17,9 +17,9 @@ from conftest import dtpo_cli, run_cli
 
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from dtpo.dist.ray_engine import parse_ray_address
-from dtpo.dist.ray_failures import describe_worker_failures
-from dtpo.session.checkpoint_files import MARKER
+from dtpo.distributed.ray_engine import parse_ray_address
+from dtpo.distributed.ray_failures import describe_worker_failures
+from dtpo.session.checkpoint.files import MARKER
 
 RAY_MISSING = ("Ray Train is part of what `make test` installs (pip install -c constraints.txt -e '.[dev,ray]'); "
                "it is not importable here")

@@ -24,7 +24,7 @@ from dtpo.cli.register import Registration
 from dtpo.cli.runs import runs_app
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import RunRecord
-from dtpo.telemetry.store import KILLED_ERROR, RunStore, StoreError
+from dtpo.telemetry.store.database import KILLED_ERROR, RunStore, StoreError
 
 REPO = Path(__file__).resolve().parents[2]
 PLAN_EXAMPLE = REPO / "examples" / "plan" / "h100_ib_ndr_vs_roce.toml"

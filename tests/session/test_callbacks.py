@@ -14,7 +14,7 @@ from torch import nn
 import dtpo
 from dtpo.core.callbacks import Callback, Window
 from dtpo.core.record import RunRecord, rank_record_path
-from dtpo.session.divergence import DivergedError
+from dtpo.session.loop.divergence import DivergedError
 
 
 class Recorder(Callback):

@@ -78,7 +78,7 @@ def test_a_lasting_drift_while_refining_searches_again(monkeypatch: pytest.Monke
 
 
 def test_the_job_knob_tuner_holds_its_choice_without_refining(monkeypatch: pytest.MonkeyPatch) -> None:
-    from dtpo.session.job_tuning import job_tuner_options
+    from dtpo.session.tuning.job_knobs import job_tuner_options
 
     near_tie(monkeypatch)
     tuner = make_tuner(options=job_tuner_options())

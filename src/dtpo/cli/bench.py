@@ -16,11 +16,11 @@ from dtpo.cli.train import launch_training, resolve
 from dtpo.core.config import MAX_WORKERS, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
-from dtpo.dist.run_dir import prepare_run_dir
+from dtpo.distributed.run_dir import prepare_run_dir
 from dtpo.telemetry.artifacts import write_report_beside
 from dtpo.telemetry.scaling import BENCH_SCHEMA, bench_table, scaling_rows
-from dtpo.telemetry.store_figures import config_kind
-from dtpo.telemetry.store_paths import check_store_path
+from dtpo.telemetry.store.figures import config_kind
+from dtpo.telemetry.store.paths import check_store_path
 from dtpo.telemetry.summary import make_console
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ LINK_PROBE_SIZES = "4K,64K,1M,8M,32M"
 
 
 def probe_link(workers: int, out: Path, backend: str | None = None) -> None:
-    """Time all-reduces of several sizes on ``workers`` local processes (``python -m dtpo.dist.link_probe``
+    """Time all-reduces of several sizes on ``workers`` local processes (``python -m dtpo.distributed.link_probe``
     under torchrun's launcher), for ``dtpo plan --from-bench`` to fit the link's alpha and beta. A failure
     only costs the fit, with a warning."""
     import subprocess
@@ -53,7 +53,7 @@ def probe_link(workers: int, out: Path, backend: str | None = None) -> None:
         log.info("bench: the link probe runs on gloo only; %s links are not probed", backend)
         return
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(workers),
-           "-m", "dtpo.dist.link_probe", "--sizes", LINK_PROBE_SIZES, "--out", str(out)]
+           "-m", "dtpo.distributed.link_probe", "--sizes", LINK_PROBE_SIZES, "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]

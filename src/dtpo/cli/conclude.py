@@ -16,7 +16,7 @@ from dtpo.telemetry.artifacts import write_artifacts
 from dtpo.telemetry.summary import make_console, print_summary
 
 if TYPE_CHECKING:
-    from dtpo.dist.launch import LaunchOutcome
+    from dtpo.distributed.launch import LaunchOutcome
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ HELP = ("Run SCRIPT on many processes and machines through torch.distributed.run
 
 def launch_command(ctx: typer.Context) -> None:
     """Run SCRIPT [ARGS...] on many processes and machines through torch.distributed.run."""
-    from dtpo.dist.launch import launch, parse_launch_args  # torch: imported only when launching
+    from dtpo.distributed.launch import launch, parse_launch_args  # torch: imported only when launching
 
     args = parse_launch_args(list(ctx.args))
     outcome = launch(args)

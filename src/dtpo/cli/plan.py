@@ -21,7 +21,7 @@ from dtpo.cli.register import check_result_target, save_result
 from dtpo.core.errors import ConfigError
 from dtpo.core.plan_config import PlanConfig
 from dtpo.core.record import write_json_atomic
-from dtpo.telemetry.store_paths import now_iso
+from dtpo.telemetry.store.paths import now_iso
 from dtpo.telemetry.summary import make_console
 
 log = logging.getLogger(__name__)

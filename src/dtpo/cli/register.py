@@ -1,4 +1,4 @@
-"""Registering the commands' runs in the run store (:mod:`dtpo.telemetry.store`).
+"""Registering the commands' runs in the run store (:mod:`dtpo.telemetry.store.database`).
 
 ``dtpo train`` and ``dtpo bench`` register a run as ``running`` before it starts (a store that cannot be
 opened stops the command there, exit 2) and record how it ended when it ends, whatever ended it
@@ -25,10 +25,10 @@ from rich.console import Console
 
 from dtpo.core.errors import ConfigError, DtpoError, first_line
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
-from dtpo.dist.run_dir import holds_record, prepare_run_dir, remove_empty_run
-from dtpo.telemetry.store import RunStore
-from dtpo.telemetry.store_figures import result_facts
-from dtpo.telemetry.store_paths import check_store_path, now_iso, reindex_hint
+from dtpo.distributed.run_dir import holds_record, prepare_run_dir, remove_empty_run
+from dtpo.telemetry.store.database import RunStore
+from dtpo.telemetry.store.figures import result_facts
+from dtpo.telemetry.store.paths import check_store_path, now_iso, reindex_hint
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def save_result(kind: str, data: dict[str, Any], run_dir: Path | None, store: st
 
 def check_store_path_quietly(store: str | None) -> Path:
     """The store's path for a message, whatever is wrong with it."""
-    from dtpo.telemetry.store_paths import store_path
+    from dtpo.telemetry.store.paths import store_path
 
     try:
         return store_path(store)

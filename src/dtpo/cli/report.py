@@ -2,7 +2,7 @@
 
 With one input the report goes beside it (``RUN_DIR/report.html``); with several, to ``report.html`` in the
 current directory, with a comparison of them. ``--out FILE`` puts it elsewhere. The file needs nothing else to
-be viewed: no scripts, nothing fetched (see :mod:`dtpo.telemetry.report_html`).
+be viewed: no scripts, nothing fetched (see :mod:`dtpo.telemetry.report.html`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from dtpo.core.errors import ConfigError
-from dtpo.telemetry.report_html import REPORT_FILE, write_report
+from dtpo.telemetry.report.html import REPORT_FILE, write_report
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from dtpo.core.errors import ConfigError
-from dtpo.telemetry.store import RunStore
-from dtpo.telemetry.store_figures import Figure
-from dtpo.telemetry.store_paths import StoreMissing, store_path
-from dtpo.telemetry.store_query import Comparison, FigureDiff
-from dtpo.telemetry.store_reindex import reindex
-from dtpo.telemetry.store_rows import StoredRun
+from dtpo.telemetry.store.database import RunStore
+from dtpo.telemetry.store.figures import Figure
+from dtpo.telemetry.store.paths import StoreMissing, store_path
+from dtpo.telemetry.store.query import Comparison, FigureDiff
+from dtpo.telemetry.store.reindex import reindex
+from dtpo.telemetry.store.rows import StoredRun
 from dtpo.telemetry.summary import format_value, make_console
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}

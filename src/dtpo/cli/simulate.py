@@ -63,7 +63,7 @@ from dtpo.devices.physics.user_trace import describe_trace, load_trace_file
 from dtpo.simulation.data_parallel import SettingResult, SimulatedJob, optimal, sweep_values
 from dtpo.simulation.job import MAX_GPUS, MAX_STEPS, PATTERNS, JobConfig
 from dtpo.simulation.job import Progress as StepsDone
-from dtpo.telemetry.store_paths import now_iso
+from dtpo.telemetry.store.paths import now_iso
 from dtpo.telemetry.summary import make_console
 from dtpo.tune.cost import CostMetric, parse_cost
 

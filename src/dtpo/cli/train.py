@@ -2,7 +2,7 @@
 
 The command resolves the whole :class:`~dtpo.core.config.RunConfig` before anything starts (the workload's
 defaults filled in, threads per worker decided, the run directory checked), writes it to
-``RUN_DIR/config.json``, and launches ``dtpo.examples.train`` which reads it back: workers get the
+``RUN_DIR/config.json``, and launches ``dtpo.workloads.train`` which reads it back: workers get the
 configuration as data, never as re-parsed flags.
 """
 
@@ -22,12 +22,12 @@ from dtpo.cli.register import open_store_for, registered
 from dtpo.core.config import CONFIG_FILE, RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from dtpo.dist.run_dir import prepare_run_dir
-from dtpo.telemetry.store_figures import config_kind
-from dtpo.telemetry.store_paths import check_store_path
+from dtpo.distributed.run_dir import prepare_run_dir
+from dtpo.telemetry.store.figures import config_kind
+from dtpo.telemetry.store.paths import check_store_path
 
 if TYPE_CHECKING:
-    from dtpo.dist.launch import LaunchOutcome
+    from dtpo.distributed.launch import LaunchOutcome
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +58,13 @@ def resolve(config: RunConfig) -> RunConfig:
 
     What the configuration's sections must agree on is checked by :class:`RunConfig` itself (also for
     ``dtpo.Session(run_config=...)``), and again here once the workload's defaults are filled in. What stays
-    here needs more than the configuration: the workload registry (``dtpo.examples``, above ``core``), the
+    here needs more than the configuration: the workload registry (``dtpo.workloads``, above ``core``), the
     cost metrics' grammar (``dtpo.tune``), this machine's GPUs and device, a free metrics port, Ray, the
     checkpoints on disk, and the CPU cores this process may use (threads per worker: the affinity mask and
     ``$OMP_NUM_THREADS`` belong to the machine that launches, not to the configuration, which a file carries
     to other machines).
     """
-    from dtpo.examples import with_workload_defaults  # torch: imported only by commands that train
+    from dtpo.workloads import with_workload_defaults  # torch: imported only by commands that train
 
     resolved = with_workload_defaults(config)
     check_tuning(resolved)
@@ -76,7 +76,7 @@ def resolve(config: RunConfig) -> RunConfig:
         from dtpo.telemetry.metrics_server import check_metrics_addr
 
         check_metrics_addr(resolved.telemetry.metrics_addr)
-    from dtpo.examples.train import check_checkpoints  # before the run directory is prepared: nothing cleared
+    from dtpo.workloads.train import check_checkpoints  # before the run directory is prepared: nothing cleared
 
     check_checkpoints(resolved)
     return resolved.replace(launch={"threads_per_worker": threads_per_worker(config)})
@@ -121,7 +121,7 @@ def check_job_tuning(config: RunConfig) -> None:
     Raises:
         ConfigError: One line naming the setting.
     """
-    from dtpo.session.precision import check_precision
+    from dtpo.session.loop.precision import check_precision
 
     check_precision(config.session.precision, _training_device())
 
@@ -135,7 +135,7 @@ def _training_device() -> str:
 def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
     """Train ``config`` (already resolved) on ``config.launch.workers`` local processes through ``dtpo launch``,
     or through Ray Train with ``--engine ray``."""
-    from dtpo.dist.launch import launch, parse_launch_args, worker_environment
+    from dtpo.distributed.launch import launch, parse_launch_args, worker_environment
 
     if config.launch.engine == "ray":
         from dtpo.cli.ray_launch import launch_ray_training
@@ -143,7 +143,7 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
         return launch_ray_training(config, run_dir)
     path = config.replace(launch={"run_dir": str(run_dir)}).save(run_dir / CONFIG_FILE)
     argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir),
-            "-m", "dtpo.examples.train"]
+            "-m", "dtpo.workloads.train"]
     if config.launch.backend:
         argv[-2:-2] = ["--backend", config.launch.backend]
     if config.launch.max_restarts:

@@ -37,7 +37,7 @@ class LaunchContract:
     """The launcher-to-worker contract. Every field is optional: a plain ``python train.py`` has none.
 
     Attributes:
-        config: The run's configuration file (``RUN_DIR/config.json``) ``dtpo.examples.train`` reads.
+        config: The run's configuration file (``RUN_DIR/config.json``) ``dtpo.workloads.train`` reads.
         launched: Started by a dtpo launcher (``dtpo launch``, ``dtpo train``, the Ray engine): the launcher writes
             the summary and the run's artifacts, and a worker ends with its launcher.
         launcher: The launcher's name where it is not ``dtpo launch`` (``"ray"``: Ray Train), for the record.

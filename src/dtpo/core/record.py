@@ -104,7 +104,7 @@ class RankRecord:
             :class:`Measurement` or its dict (converted to a :class:`Measurement`).
         steps: Per-step breakdown.
         error: The exception that ended this rank early, if any.
-        energy: This rank's devices, energy windows and run window (see ``dtpo.session.step_energy``);
+        energy: This rank's devices, energy windows and run window (see ``dtpo.session.callbacks.energy``);
             ``None`` when energy was not measured.
         knobs: The GPU knobs requested for this rank and what became of them; ``None`` when none were requested.
         switches: Settings changed between optimizer steps (``step``, ``setting``, ``value``), in order.
@@ -112,7 +112,7 @@ class RankRecord:
             :class:`~dtpo.core.record_sections.JobTuning` (precision, accumulation, compression); ``None`` without
             ``--tune``.
         slack: This rank's wait for the slowest rank, learned online window by window (see
-            ``dtpo.session.slack``); ``None`` when not tracked.
+            ``dtpo.session.tuning.slack``); ``None`` when not tracked.
 
     The three sections may be given as their JSON dicts; they are converted.
         model: What the planner needs of the model: ``parameters`` (trainable, all ranks' shards together),

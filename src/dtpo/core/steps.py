@@ -107,7 +107,7 @@ def plain_step(step: int, warmup: bool, samples: int, started_at: float, step_s:
 
 
 class DistView(Protocol):
-    """Where this process sits in the run (:class:`~dtpo.dist.process_group.DistContext` is one)."""
+    """Where this process sits in the run (:class:`~dtpo.distributed.process_group.DistContext` is one)."""
 
     @property
     def rank(self) -> int:
@@ -141,14 +141,15 @@ class LifecycleView(Protocol):
 
 
 class EnergyView(Protocol):
-    """The built-in energy callback, as other callbacks read it (:class:`~dtpo.session.step_energy.EnergyCallback`)."""
+    """The built-in energy callback, as other callbacks read it
+    (:class:`~dtpo.session.callbacks.energy.EnergyCallback`)."""
 
     windows: list[dict[str, Any]]
     discovery: Any  # the devices measured and how they were chosen (dtpo.devices.discovery.Discovery)
 
 
 class SettingView(Protocol):
-    """A switchable setting in force (:class:`~dtpo.session.switches.Switch`)."""
+    """A switchable setting in force (:class:`~dtpo.session.loop.switches.Switch`)."""
 
     @property
     def value(self) -> Any:
@@ -227,11 +228,11 @@ class RunView(Protocol):
 
 class TunableRun(RunView, Protocol):
     """A producer whose job knobs a callback may turn between optimizer steps (the Session): what
-    :class:`~dtpo.session.job_tuning.JobTuneCallback` needs besides :class:`RunView`."""
+    :class:`~dtpo.session.tuning.job_knobs.JobTuneCallback` needs besides :class:`RunView`."""
 
     grad_accum: int
-    precision: Any  # dtpo.session.precision.Precision
-    comm: Any  # dtpo.dist.comm_timing.GradientComm, or None
+    precision: Any  # dtpo.session.loop.precision.Precision
+    comm: Any  # dtpo.distributed.comm_timing.GradientComm, or None
 
     @property
     def model(self) -> Any:

@@ -123,7 +123,7 @@ class LinkCost:
         bandwidth_Bps: Achieved bandwidth, bytes/s: per GPU for an intra-node link, per node (all its NICs)
             for an inter-node link.
         cpu_s_per_byte: Host CPU seconds per byte a rank moves over the link (measured by
-            ``dtpo.dist.link_probe``; 0 when unknown, and for GPU collectives, which DMA engines and NICs run).
+            ``dtpo.distributed.link_probe``; 0 when unknown, and for GPU collectives, which DMA engines and NICs run).
     """
 
     alpha_s: float

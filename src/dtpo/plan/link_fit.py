@@ -17,7 +17,7 @@ A negative alpha (it happens when the small sizes are noisy or the link is pipel
 says) is not a latency: the fit then keeps ``alpha = 0``, fits the bandwidth alone and says so in ``note``.
 A non-positive bandwidth term means the timings do not grow with size, and is refused.
 
-Where the probe also timed the host CPU each all-reduce used (``dtpo.dist.link_probe``'s ``cpu_samples``),
+Where the probe also timed the host CPU each all-reduce used (``dtpo.distributed.link_probe``'s ``cpu_samples``),
 :func:`fit_cpu_cost` fits the CPU seconds per byte a rank moves, ``cpu = c0 + c * 2(p-1)/p * n``, by plain
 least squares (the large messages, which DDP's buckets are, weigh most). gloo over TCP copies, sums and runs
 the socket stack on the host's cores: when the job computes on those cores, that work is not hidden behind
@@ -157,7 +157,7 @@ def fit_cpu_cost(cpu_samples: Sequence[tuple[float, float, float]]) -> float:
 
 
 def fit_link_probe(doc: dict[str, Any]) -> AlphaBetaFit:
-    """The fit of a ``dtpo.dist.link_probe`` file's contents: alpha and bandwidth from its ``samples``, and the
+    """The fit of a ``dtpo.distributed.link_probe`` file's contents: alpha and bandwidth from its ``samples``, and the
     CPU cost per byte from its ``cpu_samples`` where it has them (probes written before they existed do not).
 
     Raises:

@@ -173,7 +173,7 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
         notes.append("the workers compute on host CPU cores, which also run the collectives' CPU work: "
                      + (f"the part done while backward runs delays it ({measured}, measured)" if measured else
                         "no measured CPU cost per byte for these links, so none is counted (fit one with "
-                        "dtpo.dist.link_probe)"))
+                        "dtpo.distributed.link_probe)"))
     return Plan(scenario, fabric, calibration, tuple(predictions), tuple(notes))
 
 

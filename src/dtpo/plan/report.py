@@ -78,7 +78,7 @@ def plan_dict(result: Plan) -> dict[str, Any]:
 
 def write_plot(results: list[Plan], path: Path) -> None:
     """Throughput, scaling efficiency and J/sample against GPU count, one line per plan (inter-node link), as
-    the HTML report draws them (:func:`dtpo.telemetry.report_curves.draw_plan_curves`).
+    the HTML report draws them (:func:`dtpo.telemetry.report.curves.draw_plan_curves`).
 
     Raises:
         ConfigError: An unknown file type.
@@ -87,7 +87,7 @@ def write_plot(results: list[Plan], path: Path) -> None:
         raise ConfigError(f"--plot must end in {', '.join(PLOT_SUFFIXES)}, got {path.name!r}")
     from matplotlib.figure import Figure
 
-    from dtpo.telemetry.report_curves import draw_plan_curves
+    from dtpo.telemetry.report.curves import draw_plan_curves
 
     fig = Figure(figsize=(13, 4), layout="constrained")
     s = results[0].scenario

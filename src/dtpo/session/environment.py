@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from dtpo.core.launch_contract import LaunchContract
-from dtpo.dist.process_group import DistContext
-from dtpo.session.mfu import cpu_model
+from dtpo.distributed.process_group import DistContext
+from dtpo.session.loop.mfu import cpu_model
 
 
 def describe_device(device: torch.device) -> str:

@@ -25,9 +25,9 @@ from dtpo.core.files import is_writable_dir
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, new_run_id, rank_record_path, write_json_atomic
 from dtpo.core.totals import finalize
-from dtpo.dist.parent_death import end_with_parent
-from dtpo.dist.process_group import DistContext
-from dtpo.session.divergence import DivergedError
+from dtpo.distributed.parent_death import end_with_parent
+from dtpo.distributed.process_group import DistContext
+from dtpo.session.loop.divergence import DivergedError
 
 log = logging.getLogger(__name__)
 

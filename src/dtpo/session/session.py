@@ -12,17 +12,17 @@ A plain DDP loop becomes a dtpo loop by changing about five lines::
     session.finish()                                                # gathers ranks, writes the record
 
 The Session is the richest producer of the step stream (:mod:`dtpo.core.steps`): a
-:class:`~dtpo.session.timer.StepTimer` gives every mark of each step, and a
+:class:`~dtpo.session.loop.timer.StepTimer` gives every mark of each step, and a
 :class:`~dtpo.session.stream_run.StreamRun` does the rest, as for any producer: the
 :class:`~dtpo.session.lifecycle.RunLifecycle` (run dir, record, partial flushes, signals, gather, save) and the
 :class:`~dtpo.core.callbacks.Callback` s (energy windows, GPU knobs, progress, partial flushes, and whatever the
 user passes) that its :class:`~dtpo.core.stream.StepStream` feeds with steps and windows. The knobs a tuner
 turns (precision, gradient accumulation, gradient compression) are held by its
-:class:`~dtpo.session.switches.Switches` and can change between optimizer steps through
+:class:`~dtpo.session.loop.switches.Switches` and can change between optimizer steps through
 :meth:`Session.set_precision`, :meth:`Session.set_grad_accum` and :meth:`Session.set_compression`;
 ``dtpo.Session(tune=dtpo.TuneConfig(knob="precision,grad-accum,compression", cost="energy"))`` has dtpo turn
-them itself, toward the cost, with every numerics change guarded (:mod:`dtpo.session.job_tuning`) on probe
-steps (:class:`~dtpo.session.probe_steps.ProbeSteps`). :meth:`Session.state_dict` is what checkpoints keep of
+them itself, toward the cost, with every numerics change guarded (:mod:`dtpo.session.tuning.job_knobs`) on probe
+steps (:class:`~dtpo.session.loop.probe_steps.ProbeSteps`). :meth:`Session.state_dict` is what checkpoints keep of
 the Session itself: step, switches, gradient scaler and data position.
 """
 
@@ -53,23 +53,23 @@ from dtpo.core.errors import ConfigError
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RankRecord, RunRecord
-from dtpo.dist.comm_timing import GradientComm
-from dtpo.dist.process_group import DistContext, join
-from dtpo.dist.wrap import wrap_model
-from dtpo.session.checkpoint import Checkpoints
-from dtpo.session.clock import clock_for
-from dtpo.session.divergence import check_loss
+from dtpo.distributed.comm_timing import GradientComm
+from dtpo.distributed.process_group import DistContext, join
+from dtpo.distributed.wrap import wrap_model
+from dtpo.session.callbacks.energy import EnergyCallback
+from dtpo.session.checkpoint.checkpoints import Checkpoints
 from dtpo.session.environment import describe_device
 from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir
-from dtpo.session.mfu import peak_flops
-from dtpo.session.precision import Precision
-from dtpo.session.probe import ProbeRequest
-from dtpo.session.probe_steps import ProbeSteps
-from dtpo.session.rebatch import cut_batch, join_batches
-from dtpo.session.step_energy import EnergyCallback
+from dtpo.session.loop.clock import clock_for
+from dtpo.session.loop.divergence import check_loss
+from dtpo.session.loop.mfu import peak_flops
+from dtpo.session.loop.precision import Precision
+from dtpo.session.loop.probe import ProbeRequest
+from dtpo.session.loop.probe_steps import ProbeSteps
+from dtpo.session.loop.rebatch import cut_batch, join_batches
+from dtpo.session.loop.switches import Switch, Switches
+from dtpo.session.loop.timer import StepTimer
 from dtpo.session.stream_run import StreamRun, new_record
-from dtpo.session.switches import Switch, Switches
-from dtpo.session.timer import StepTimer
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class Session:
         Args:
             micro_batches: Micro-batches per optimizer step.
             keep_global_batch: Keep the samples of each step: the Session joins the loader batches a step took
-                so far and cuts them into ``micro_batches`` equal micro-batches (:mod:`dtpo.session.rebatch`),
+                so far and cuts them into ``micro_batches`` equal micro-batches (:mod:`dtpo.session.loop.rebatch`),
                 which leaves every update as it was. Otherwise each loader batch stays a micro-batch, so the
                 global batch (and the optimisation) changes with the accumulation.
         """
@@ -275,7 +275,7 @@ class Session:
         self._probes.keep_next_batch()
 
     def request_probe(self, request: ProbeRequest) -> None:
-        """Run a probe (:mod:`dtpo.session.probe`) before the next optimizer step; every rank must ask for the
+        """Run a probe (:mod:`dtpo.session.loop.probe`) before the next optimizer step; every rank must ask for the
         same probes at the same step. ``request.done`` gets the result."""
         self._probes.request(request)
 

@@ -37,10 +37,10 @@ from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RankRecord, RunRecord
 from dtpo.core.steps import SettingView, plain_step
-from dtpo.dist.process_group import DistContext, join
+from dtpo.distributed.process_group import DistContext, join
+from dtpo.session.callbacks.energy import EnergyCallback
 from dtpo.session.environment import describe_device
 from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir
-from dtpo.session.step_energy import EnergyCallback
 from dtpo.session.stream_run import StreamRun, new_record
 
 log = logging.getLogger(__name__)

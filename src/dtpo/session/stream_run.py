@@ -19,11 +19,11 @@ from dtpo.core.config import RunConfig
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord
 from dtpo.core.steps import RunView
 from dtpo.core.stream import StepStream
-from dtpo.dist.process_group import DistContext, leave
-from dtpo.session.builtin_callbacks import builtin_callbacks, closing_callbacks
+from dtpo.distributed.process_group import DistContext, leave
+from dtpo.session.callbacks.builtin import builtin_callbacks, closing_callbacks
+from dtpo.session.callbacks.energy import EnergyCallback
 from dtpo.session.environment import environment
 from dtpo.session.lifecycle import RunLifecycle, now_iso
-from dtpo.session.step_energy import EnergyCallback
 from dtpo.telemetry.summary import print_summary
 
 

@@ -1,1 +1,4 @@
-"""What people and dashboards read: the summary table, progress display (and later Prometheus, reports)."""
+"""What people and dashboards read: the summary and scaling tables, progress, the run store
+(:mod:`dtpo.telemetry.store`), the HTML report (:mod:`dtpo.telemetry.report`), Chrome traces, Prometheus metrics
+with their per-node server, and the Grafana dashboard built on them.
+"""

@@ -59,7 +59,7 @@ def write_report_beside(result_dir: str | os.PathLike[str]) -> Path | None:
     Returns:
         The report's path, or ``None`` when it could not be written.
     """
-    from dtpo.telemetry.report_html import write_report  # matplotlib: only when a report is written
+    from dtpo.telemetry.report.html import write_report  # matplotlib: only when a report is written
 
     try:
         return write_report([Path(result_dir)], Path(result_dir) / REPORT_FILE)

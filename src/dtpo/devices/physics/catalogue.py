@@ -1,7 +1,7 @@
 """Peak dense throughput and memory bandwidth of accelerators, from vendors' datasheets.
 
 Figures are dense (no structured sparsity) tensor-core peaks in FLOP/s. Used as the denominator of MFU on
-GPUs; on CPUs dtpo measures the peak instead (see :mod:`dtpo.session.mfu`). Memory bandwidth is the datasheet's
+GPUs; on CPUs dtpo measures the peak instead (see :mod:`dtpo.session.loop.mfu`). Memory bandwidth is the datasheet's
 peak (the SXM / OAM part where a GPU comes in several), for memory-bound work such as the optimizer step.
 """
 

@@ -1,1 +1,0 @@
-"""Engines dtpo wraps and never replaces: torchrun's launcher, process groups, DDP and FSDP2."""

@@ -1,0 +1,150 @@
+"""The built-in callbacks every producer of the step stream gets, and their assembly: GPU knobs, a tuner,
+energy windows, progress display, live metrics, partial-record flushes and the run's artifacts (traces,
+report) when no launcher writes them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from dtpo.core.callbacks import Callback
+from dtpo.core.config import RunConfig
+from dtpo.core.launch_contract import LaunchContract
+from dtpo.core.record import RankRecord, RunRecord, StepRecord
+from dtpo.core.steps import RunView, Window
+from dtpo.devices.discovery import discover
+from dtpo.distributed.process_group import DistContext
+from dtpo.session.callbacks.energy import EnergyCallback
+from dtpo.session.tuning.gpu_knobs import KnobCallback, rank_gpus
+from dtpo.session.tuning.job_knobs import JobTuneCallback
+from dtpo.session.tuning.power import TuneCallback
+from dtpo.session.tuning.stragglers import StragglerCallback
+from dtpo.telemetry.artifacts import write_artifacts
+from dtpo.telemetry.progress import StepProgress
+
+log = logging.getLogger(__name__)
+
+
+def builtin_callbacks(config: RunConfig, ctx: DistContext, progress: bool,
+                      clock: Callable[[], float] = time.perf_counter) -> tuple[list[Callback], EnergyCallback | None]:
+    """The callbacks that come before the user's: knobs first (restored before anything else at the end), then
+    a tuner, energy, progress and live metrics.
+
+    Args:
+        config: The run's configuration.
+        ctx: Where this rank sits (its device says whether to look for GPUs).
+        progress: Show progress on rank 0.
+        clock: Seconds for the power tuner's block times (the producer's clock).
+
+    Returns:
+        The callbacks in call order, and the energy callback among them (``None`` when energy is off).
+    """
+    out: list[Callback] = []
+    cuda = ctx.device.type == "cuda"
+    energy: EnergyCallback | None = None
+    energy_devices = None
+    if config.energy.enabled:
+        found = discover(local_rank=ctx.local_rank, gpus=cuda, node_shared=ctx.local_rank == 0,
+                         cpu_tdp_w=config.energy.cpu_tdp_w)
+        if ctx.rank == 0:
+            for note in found.notes:
+                log.info("energy: %s", note)
+        energy = EnergyCallback(found, config.session.warmup_steps, config.energy.sample_interval_s)
+        energy_devices = found.devices
+    if config.knobs.requested:
+        out.append(KnobCallback(config.knobs, rank_gpus(energy_devices, ctx.local_rank, cuda)))
+    if config.tune.job_knobs:
+        out.append(JobTuneCallback(config.tune))
+    elif config.tune.knob == "stragglers":
+        out.append(StragglerCallback(config.knobs.mode, rank_gpus(energy_devices, ctx.local_rank, cuda)))
+    elif config.tune.knob is not None:
+        out.append(TuneCallback(config.tune, config.knobs.mode, rank_gpus(energy_devices, ctx.local_rank, cuda),
+                                clock=clock))
+    if energy is not None:
+        out.append(energy)
+    if progress:
+        out.append(ProgressCallback())
+    if config.telemetry.metrics_addr is not None:  # after energy and tuners: a window's figures are all in
+        from dtpo.session.callbacks.metrics import MetricsCallback
+
+        out.append(MetricsCallback(config.telemetry.metrics_addr))
+    return out, energy
+
+
+def closing_callbacks(config: RunConfig) -> list[Callback]:
+    """The callbacks that come after the user's: partial-record flushes, and the artifacts where no launcher
+    writes them."""
+    out: list[Callback] = [FlushCallback(config.session.flush_every, config.session.warmup_steps)]
+    if not LaunchContract.from_environ().launched:  # under dtpo launch, the launcher writes them once final
+        out.append(ArtifactsCallback())
+    return out
+
+
+class ProgressCallback(Callback):
+    """A live bar on a terminal (plain lines in a log) on rank 0: steps, loss, samples/s."""
+
+    def __init__(self) -> None:
+        self.progress: StepProgress | None = None
+
+    def on_train_start(self, session: RunView) -> None:
+        """Open the display (the target is known once ``batches(steps=...)`` was called)."""
+        self.progress = StepProgress(session.target_steps, enabled=session.is_main)
+
+    def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
+        """Advance the display."""
+        if self.progress is not None:
+            self.progress.update(step_record.step + 1, step_record.samples, step_record.loss)
+
+    def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
+        """Remove the bar."""
+        if self.progress is not None:
+            self.progress.close()
+            self.progress = None
+
+
+class FlushCallback(Callback):
+    """Writes this rank's partial record after the first measured step, then at the first window end after
+    every ``every`` steps or ``every_s`` seconds, so a partial record's steps and energy windows agree.
+
+    Args:
+        every: Steps between flushes at least.
+        warmup_steps: Steps before the first measured one.
+        every_s: Seconds after which the next window end flushes even if fewer steps passed.
+    """
+
+    def __init__(self, every: int, warmup_steps: int, every_s: float = 30.0) -> None:
+        self.every = every
+        self.warmup_steps = warmup_steps
+        self.every_s = every_s
+        self._last_step = 0
+        self._last_time = time.monotonic()
+
+    def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
+        """Flush after the first measured step (so even an early crash leaves a record)."""
+        if step_record.step == getattr(session, "start_step", 0) + self.warmup_steps:
+            self._flush(session, step_record.step + 1)
+
+    def on_window_end(self, session: RunView, window: Window) -> None:
+        """Flush when due."""
+        done = window.last_step + 1
+        if done - self._last_step >= self.every or time.monotonic() - self._last_time >= self.every_s:
+            self._flush(session, done)
+
+    def _flush(self, session: RunView, done: int) -> None:
+        session.lifecycle.flush(status="running")
+        self._last_step = done
+        self._last_time = time.monotonic()
+
+
+
+class ArtifactsCallback(Callback):
+    """On rank 0 of a completed run started without ``dtpo launch`` (plain torchrun, or one process): write
+    the run's traces and report next to its record (as its telemetry configuration says). Under ``dtpo launch``
+    the launcher writes them once the record is final (restarts included), so they are not written twice.
+    """
+
+    def on_train_end(self, session: RunView, record: RunRecord | None) -> None:
+        """Write the artifacts of the finished record."""
+        if record is not None:
+            write_artifacts(record, session.run_dir)

@@ -1,0 +1,106 @@
+"""The step timer: the five marks of an optimizer step and the per-step state between them.
+
+Each optimizer step (k micro-steps with accumulation) is cut at five marks: batch requested, batch in hand,
+last gradient ready (stamped by the gradient-communication hook), backward returned, optimizer done. The
+cuts give data wait, compute, the post-backward tail (later split into exposed communication and sync wait,
+see :mod:`dtpo.core.totals`) and optimizer time; they partition the step, so the parts add up to it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from dtpo.core.record import StepRecord
+from dtpo.session.loop.clock import CpuClock, CudaClock
+
+
+class ReadyStamps(Protocol):
+    """What the timer needs from the gradient-communication hook: when the last gradient became ready."""
+
+    last_ready: Any
+    ready_count: int
+
+    def reset(self) -> None:
+        """Forget the previous backward's stamps."""
+
+
+class StepTimer:
+    """Marks one rank's optimizer steps and turns them into :class:`StepRecord` s.
+
+    Args:
+        clock: The session's clock (host time on CPU, CUDA events on a GPU).
+        stamps: The hook that stamps gradient readiness, or ``None`` without one (single process, FSDP).
+        tail_measured: Whether the post-backward tail means anything (``False`` for FSDP2, whose collectives
+            stay inside compute and have no per-bucket hook).
+        distributed: Whether other ranks take part (with one process comm and sync wait are 0).
+    """
+
+    def __init__(self, clock: CpuClock | CudaClock, stamps: ReadyStamps | None, tail_measured: bool,
+                 distributed: bool) -> None:
+        self.clock = clock
+        self.stamps = stamps
+        self.tail_measured = tail_measured
+        self.distributed = distributed
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the current step's marks (after it closed)."""
+        self.step_start: Any = None
+        self.started_at: float | None = None
+        self.batch_ready: Any = None
+        self.backward_end: Any = None
+        self.backward_done = False
+        self.data_marks: list[tuple[Any, Any]] = []
+        self.compute_marks: list[tuple[Any, Any]] = []
+        self.tail_marks: tuple[Any, Any] | None = None
+        self.samples = 0
+
+    def batch_requested(self, first_micro: bool) -> Any:
+        """Mark the request for a micro-batch; the first of a step also starts the step."""
+        start = self.clock.mark()
+        if first_micro:
+            self.step_start = start
+            self.started_at = time.time()
+        self._requested = start
+        return start
+
+    def batch_arrived(self, samples: int) -> None:
+        """Mark the micro-batch in hand."""
+        self.batch_ready = self.clock.mark()
+        self.data_marks.append((self._requested, self.batch_ready))
+        self.samples += samples
+
+    def backward_starting(self) -> None:
+        """Forget the previous backward's gradient stamps."""
+        if self.stamps is not None:
+            self.stamps.reset()
+
+    def backward_finished(self, last_micro: bool) -> None:
+        """Mark backward's return; the compute part ends at the last gradient's stamp on the last micro-step."""
+        end = self.clock.mark()
+        stamps = self.stamps
+        hooked = last_micro and stamps is not None and stamps.ready_count > 0
+        compute_end = stamps.last_ready if hooked else end  # type: ignore[union-attr]
+        self.compute_marks.append((self.batch_ready, compute_end))
+        if last_micro:
+            self.tail_marks = (compute_end, end)
+        self.backward_end = end
+        self.batch_ready = None
+        self.backward_done = True
+
+    def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
+        """The step's breakdown (call after the clock settled), then reset for the next step."""
+        secs = self.clock.seconds
+        data = sum(secs(a, b) for a, b in self.data_marks)
+        compute = sum(secs(a, b) for a, b in self.compute_marks)
+        tail: float | None = secs(*self.tail_marks) if self.tail_marks else 0.0
+        if self.distributed and not self.tail_measured:
+            tail = None
+        record = StepRecord(
+            step=step, warmup=warmup, samples=self.samples, step_s=secs(self.step_start, end), data_wait_s=data,
+            compute_s=compute, tail_s=tail, optimizer_s=secs(self.backward_end, end), loss=loss,
+            started_at=self.started_at,
+            comm_exposed_s=None if self.distributed else 0.0, sync_wait_s=None if self.distributed else 0.0)
+        self.reset()
+        return record

@@ -1,0 +1,204 @@
+"""GradientComm: last-gradient stamps, switchable compression, accumulation parity (2 gloo ranks)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+from conftest import run_ranks
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from dtpo.core.errors import ConfigError
+from dtpo.distributed import compression as compression_module
+from dtpo.distributed.comm_timing import COMPRESSIONS, GradientComm, changes_numerics
+from dtpo.distributed.compression import check_compression
+from dtpo.distributed.process_group import DistContext
+from dtpo.distributed.wrap import wrap_model
+
+WIDTH = 16
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(WIDTH, WIDTH)  # a 16x16 weight (PowerSGD compresses it) and a bias (it does not)
+
+
+def _batch(rank: int, step: int) -> torch.Tensor:
+    return torch.randn(8, WIDTH, generator=torch.Generator().manual_seed(1000 * step + rank))
+
+
+def _exact_mean(local: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    """Each parameter's gradient averaged over ranks, computed without DDP (float64 sum of float32 grads)."""
+    local.zero_grad(set_to_none=True)
+    (local(x) ** 2).sum().backward()
+    means = []
+    for p in local.parameters():
+        parts = [torch.empty_like(p.grad) for _ in range(dist.get_world_size())]
+        dist.all_gather(parts, p.grad)
+        means.append((sum(t.double() for t in parts) / len(parts)).float())
+    return means
+
+
+def _representable(t: torch.Tensor, dtype: torch.dtype) -> bool:
+    return torch.equal(t, t.to(dtype).float())
+
+
+def _switching(rank: int, out: str) -> None:
+    """Stamps come during backward; each compression takes effect at the step after it is chosen."""
+    counter = itertools.count()
+    comm = GradientComm(lambda: next(counter))
+    model = DistributedDataParallel(_model())
+    comm.attach(model)
+    local = _model()
+    # (compression, powersgd rank) per step; "none" -> "fp16" is the first switch (registers the dispatcher)
+    # and the last "none" goes through DDP's all-reduce written in Python.
+    plan = [("none", 1), ("fp16", 1), ("bf16", 1), ("powersgd", 1), ("powersgd", 1), ("none", 1)]
+    seen = []
+    for step, (name, rank_r) in enumerate(plan):
+        comm.set_compression(name, powersgd_rank=rank_r)
+        x = _batch(rank, step)
+        model.zero_grad(set_to_none=True)
+        loss = (model(x) ** 2).sum()
+        comm.reset()
+        before = next(counter)
+        loss.backward()
+        after = next(counter)
+        assert comm.ready_count == 2, comm.ready_count  # weight and bias, each stamped once
+        assert before < comm.last_ready < after  # stamped during backward, before it returned
+        assert comm.compression == name
+        weight, bias = (p.grad for p in model.module.parameters())
+        exact_w, exact_b = _exact_mean(local, x)
+        tol = {"none": 1e-6, "fp16": 2e-3, "bf16": 2e-2}
+        if name in tol:
+            torch.testing.assert_close(weight, exact_w, rtol=tol[name], atol=tol[name] * exact_w.abs().max())
+            torch.testing.assert_close(bias, exact_b, rtol=tol[name], atol=tol[name] * exact_b.abs().max())
+        if name == "none":
+            assert not _representable(weight, torch.float16)
+        if name in ("fp16", "bf16"):
+            dtype = torch.float16 if name == "fp16" else torch.bfloat16
+            assert _representable(weight, dtype) and _representable(bias, dtype)
+            assert not torch.equal(weight, exact_w)
+        if name == "powersgd":
+            assert torch.linalg.matrix_rank(weight).item() <= rank_r  # the mean of rank-1 factors
+            assert not torch.allclose(weight, exact_w, rtol=0.1, atol=0.1 * exact_w.abs().max().item())
+            torch.testing.assert_close(bias, exact_b, rtol=1e-6, atol=1e-6)  # 1-D: all-reduced uncompressed
+        seen.append(name)
+    # A backend that cannot all-reduce bf16: one ConfigError naming both, and the setting stays.
+    original = compression_module._backend_lacks
+    compression_module._backend_lacks = lambda backend, dtype: "simulated" if dtype == torch.bfloat16 else None
+    try:
+        with pytest.raises(ConfigError, match="'bf16'.*backend 'gloo'"):
+            comm.set_compression("bf16")
+    finally:
+        compression_module._backend_lacks = original
+    assert comm.compression == "none"
+    if rank == 0:
+        with open(os.path.join(out, "seen"), "w") as fh:
+            fh.write(",".join(seen))
+
+
+def _accumulation(rank: int) -> None:
+    """k micro-batches under no_sync (all but the last) give the same update as one k-times larger batch."""
+    counter = itertools.count()
+    for compression in ("none", "powersgd"):
+        comm = GradientComm(lambda: next(counter))
+        accum = DistributedDataParallel(_model())
+        comm.attach(accum, compression)
+        whole = DistributedDataParallel(_model())
+        for step in range(3):
+            micro = [_batch(rank, 10 * step + i) for i in range(2)]
+            for i, x in enumerate(micro):
+                last = i == len(micro) - 1
+                if last:
+                    comm.reset()
+                    loss = (accum(x) ** 2).sum() / len(micro)
+                    loss.backward()
+                else:
+                    with accum.no_sync():
+                        ((accum(x) ** 2).sum() / len(micro)).backward()
+            assert comm.ready_count == 2
+            ((whole(torch.cat(micro)) ** 2).sum() / len(micro)).backward()
+            for a, b in zip(accum.parameters(), whole.parameters(), strict=True):
+                if compression == "none" or step == 0:  # PowerSGD waits for DDP's buckets: step 0 is exact
+                    torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
+                a.grad = None
+                b.grad = None
+
+
+def _powersgd_many_buckets(rank: int) -> None:
+    """PowerSGD over several buckets: every rank issues its collectives in the same order (gloo would abort)."""
+    torch.manual_seed(0)
+    model = DistributedDataParallel(nn.Sequential(*[nn.Linear(128, 128) for _ in range(6)]), bucket_cap_mb=0.07)
+    comm = GradientComm(lambda: 0)
+    comm.attach(model, "powersgd", powersgd_rank=2)
+    for step in range(12):
+        model(_batch(rank, step).repeat(1, 8)).square().mean().backward()
+        model.zero_grad(set_to_none=True)
+
+
+def _two_ranks(rank: int, world_size: int, out: str) -> None:
+    dist.init_process_group("gloo")
+    _switching(rank, out)
+    _accumulation(rank)
+    _powersgd_many_buckets(rank)
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_stamps_switching_and_accumulation_parity(tmp_path) -> None:
+    """One pair of processes for both parts (starting them is most of the time)."""
+    run_ranks(_two_ranks, 2, str(tmp_path))
+    assert (tmp_path / "seen").read_text() == "none,fp16,bf16,powersgd,powersgd,none"
+
+
+def test_changes_numerics() -> None:
+    assert [changes_numerics(c) for c in COMPRESSIONS] == [False, True, True, True]
+    with pytest.raises(ConfigError, match="compression"):
+        changes_numerics("zip")
+
+
+@pytest.mark.parametrize(("name", "backend", "rank", "message"), [
+    ("bf16", "mpi", 1, "compression 'bf16' is not available on backend 'mpi'"),
+    ("fp16", "mpi", 1, "compression 'fp16' is not available on backend 'mpi'"),
+    ("powersgd", "gloo", 5, "powersgd_rank must be one of 1, 2, 3, 4, got 5"),
+    ("zstd", "gloo", 1, "compression must be one of none, fp16, bf16, powersgd, got 'zstd'"),
+])
+def test_check_compression_rejects(name: str, backend: str, rank: int, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        check_compression(name, backend, rank)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", COMPRESSIONS)
+def test_gloo_takes_every_compression(name: str) -> None:
+    check_compression(name, "gloo", 4)
+
+
+def test_set_compression_before_attach_only_records() -> None:
+    comm = GradientComm(lambda: 0)
+    comm.set_compression("powersgd", powersgd_rank=2)
+    assert (comm.compression, comm.powersgd_rank, comm.attached) == ("powersgd", 2, False)
+    with pytest.raises(ConfigError):
+        comm.set_compression("fp8")
+    assert comm.compression == "powersgd"
+
+
+def _single() -> DistContext:
+    return DistContext(rank=0, local_rank=0, world_size=1, local_world_size=1, node="here",
+                       device=torch.device("cpu"), backend=None, owns_group=False)
+
+
+def test_fsdp_with_compression_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="compression 'fp16' needs strategy ddp: strategy fsdp"):
+        wrap_model(nn.Linear(2, 2), _single(), "fsdp", None, compression="fp16")
+
+
+def test_one_process_is_not_wrapped_and_not_attached() -> None:
+    comm = GradientComm(lambda: 0)
+    module = nn.Linear(2, 2)
+    assert wrap_model(module, _single(), "ddp", comm, compression="fp16") is module
+    assert not comm.attached

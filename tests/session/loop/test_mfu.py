@@ -1,0 +1,134 @@
+"""The CPU peak: measured the way the step's matrix products run, cached by what it depends on; MFU <= 100 %."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from dtpo.core.record import RankRecord, StepRecord
+from dtpo.core.totals import compute_totals
+from dtpo.session import mfu
+from dtpo.session.loop.precision import PRECISIONS, Precision
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("DTPO_CACHE_DIR", str(tmp_path))
+    return tmp_path / mfu.CACHE_FILE
+
+
+def fake_kernel(monkeypatch: pytest.MonkeyPatch, value: float, quiet: bool = True) -> list[tuple]:
+    calls: list[tuple] = []
+
+    def best(dtype: torch.dtype, autocast: bool) -> tuple[float, str, bool]:
+        calls.append((dtype, autocast))
+        return value, "float32 mm 256x256", quiet
+
+    monkeypatch.setattr(mfu, "_best_kernel", best)
+    return calls
+
+
+def test_cpu_peak_is_measured_then_cached_with_how_it_was_obtained(cache: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = fake_kernel(monkeypatch, 5e10)
+    first = mfu.peak_flops(torch.device("cpu"), torch.float32)
+    assert first.value == 5e10 and first.source == "measured"
+    assert first.note.startswith("measured now: best of float32 mm 256x256 on ")
+    [(key, entry)] = json.loads(cache.read_text()).items()
+    assert key == mfu.cpu_peak_key(torch.float32, autocast=False)
+    assert entry["value"] == 5e10 and entry["autocast"] is False and entry["dtype"] == "float32"
+    second = mfu.peak_flops(torch.device("cpu"), torch.float32)
+    assert second.value == 5e10 and second.note.startswith(f"cached from {entry['measured_at']}: best of float32")
+    assert len(calls) == 1
+
+
+def test_a_peak_measured_on_a_busy_cpu_is_used_but_not_cached(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = fake_kernel(monkeypatch, 1e9, quiet=False)
+    assert "busy, so not cached" in mfu.peak_flops(torch.device("cpu"), torch.float32).note
+    assert not cache.exists()
+    mfu.peak_flops(torch.device("cpu"), torch.float32)
+    assert len(calls) == 2  # measured again next time, hoping for a quiet moment
+
+
+def test_the_cache_is_keyed_by_everything_the_peak_depends_on(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    base = mfu.cpu_peak_key(torch.bfloat16, autocast=True, threads=4)
+    assert len({base, mfu.cpu_peak_key(torch.bfloat16, autocast=False, threads=4),
+                mfu.cpu_peak_key(torch.float16, autocast=True, threads=4),
+                mfu.cpu_peak_key(torch.bfloat16, autocast=True, threads=2)}) == 4
+    monkeypatch.setattr(mfu, "cpu_model", lambda: "Other CPU")
+    assert mfu.cpu_peak_key(torch.bfloat16, autocast=True, threads=4) != base
+    monkeypatch.setattr(torch, "__version__", "0.0.1")
+    assert "torch=0.0.1" in mfu.cpu_peak_key(torch.bfloat16, autocast=True, threads=4)
+    monkeypatch.undo()
+    # An entry for another dtype, a v1-style bare number, or garbage is not used.
+    monkeypatch.setenv("DTPO_CACHE_DIR", str(cache.parent))
+    cache.write_text(json.dumps({
+        mfu.cpu_peak_key(torch.float16, autocast=True): {"value": 1.0, "kernel": "x", "measured_at": "then"},
+        mfu.cpu_peak_key(torch.bfloat16, autocast=False): 1.0,
+        mfu.cpu_peak_key(torch.bfloat16, autocast=True): {"value": float("nan"), "kernel": "x", "measured_at": "t"},
+    }))
+    calls = fake_kernel(monkeypatch, 7e9)
+    assert mfu.peak_flops(torch.device("cpu"), torch.bfloat16).value == 7e9  # autocast by default for bf16
+    assert mfu.peak_flops(torch.device("cpu"), torch.bfloat16, autocast=False).value == 7e9
+    assert calls == [(torch.bfloat16, True), (torch.bfloat16, False)]
+    assert mfu.peak_flops(torch.device("cpu"), torch.float16).value == 1.0  # its own entry
+
+
+def test_corrupt_cache_is_remeasured(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache.write_text("{oops")
+    fake_kernel(monkeypatch, 3e9)
+    assert mfu.peak_flops(torch.device("cpu"), torch.float32).value == 3e9
+
+
+def test_mixed_precision_peaks_include_the_kernels_autocast_runs() -> None:
+    names = list(mfu.cpu_kernels(torch.float16, autocast=True))
+    assert names == ["float16 mm", "autocast float16 mm", "autocast float16 linear"]
+    assert list(mfu.cpu_kernels(torch.float32, autocast=False)) == ["float32 mm", "float32 linear"]
+    run = mfu.cpu_kernels(torch.bfloat16, autocast=True)["autocast bfloat16 linear"](8)
+    assert run().dtype == torch.bfloat16  # float32 inputs, multiplied in the autocast dtype as the model's are
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_mfu_of_a_tiny_model_stays_within_100_percent(precision: str, cache: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real path: the measured peak for the precision, FLOPs counted and steps timed as the Session does.
+
+    With the float16 peak taken from a raw ``torch.mm`` alone, ``16-mixed`` came out at 256 %.
+    """
+    monkeypatch.setattr(mfu, "_SIZES", (256,))  # the model's products are no larger; keeps the test short
+    monkeypatch.setattr(mfu, "_BURSTS", 2)
+    torch.manual_seed(0)
+    device = torch.device("cpu")
+    prec = Precision(precision, device)
+    peak = mfu.peak_flops(device, prec.compute_dtype)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+
+    def one_step() -> None:
+        with prec.forward_context():
+            out = prec.to_float32(model(x))
+        prec.backward(nn.functional.cross_entropy(out, y))
+        prec.optimizer_step(optimizer)
+        optimizer.zero_grad(set_to_none=True)
+
+    with FlopCounterMode(display=False) as counter:
+        one_step()
+    steps = []
+    for i in range(3):
+        start = time.perf_counter()
+        one_step()
+        elapsed = time.perf_counter() - start
+        steps.append(StepRecord(step=i, warmup=False, samples=32, step_s=elapsed, data_wait_s=0.0,
+                                compute_s=elapsed, tail_s=0.0, optimizer_s=0.0))
+    rank = RankRecord(0, 0, "n", "cpu", flops_per_step=float(counter.get_total_flops()), peak_flops=peak,
+                      steps=steps)
+    result = compute_totals([rank])["mfu"]
+    assert result.value is not None, result.note  # the peak describes the kernels: no need to give up
+    assert 0 < result.value <= 1
