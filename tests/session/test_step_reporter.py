@@ -19,7 +19,7 @@ from dtpo.core.steps import RunView, TunableRun
 from dtpo.devices.base import KnobState
 from dtpo.devices.discovery import Discovery
 from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig
-from dtpo.session import builtin_callbacks
+from dtpo.session.callbacks import builtin as builtin_callbacks
 from dtpo.session.step_reporter import StepReporter
 from dtpo.simulation.tuning import default_setting, oracle, true_cost
 from dtpo.tune.cost import parse_cost
@@ -130,7 +130,7 @@ def test_tune_power_limit_reaches_its_choice_on_a_simulated_gpu(tmp_path: Path,
 @pytest.mark.parametrize("knob", ["stragglers", "precision"])
 def test_tuning_that_needs_the_session_is_refused_in_one_line(knob: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="needs dtpo.Session"):
-        StepReporter(run_dir=tmp_path, tune=TuneConfig(knob=knob), energy=False, progress=False)
+        StepReporter(run_dir=tmp_path, tune=TuneConfig(knob=knob, cost="time"), energy=False, progress=False)
 
 
 def test_negative_samples_are_refused(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RankRecord, RunRecord
 from dtpo.distributed.comm_timing import GradientComm
-from dtpo.distributed.process_group import DistContext, join
+from dtpo.distributed.process_group import join
 from dtpo.distributed.wrap import wrap_model
 from dtpo.session.callbacks.energy import EnergyCallback
 from dtpo.session.checkpoint.checkpoints import Checkpoints
@@ -69,12 +69,12 @@ from dtpo.session.loop.probe_steps import ProbeSteps
 from dtpo.session.loop.rebatch import cut_batch, join_batches
 from dtpo.session.loop.switches import Switch, Switches
 from dtpo.session.loop.timer import StepTimer
-from dtpo.session.stream_run import StreamRun, new_record
+from dtpo.session.stream_run import StreamProducer, StreamRun, new_record
 
 log = logging.getLogger(__name__)
 
 
-class Session:
+class Session(StreamProducer):
     """One rank's view of a data-parallel training run.
 
     Args:
@@ -131,8 +131,7 @@ class Session:
         self.run_config = run_config
         self.config: SessionConfig = run_config.session
         cfg = self.config
-        self.ctx: DistContext = join(device, backend or run_config.launch.backend)
-        self.device = self.ctx.device
+        super().__init__(join(device, backend or run_config.launch.backend))
         self._clock = clock_for(self.device)
         ddp = self.ctx.distributed and cfg.strategy == "ddp"
         self.comm: GradientComm | None = GradientComm(self._clock.mark) if ddp else None
@@ -177,44 +176,9 @@ class Session:
     # -- where this rank is ---------------------------------------------------------------------------
 
     @property
-    def rank(self) -> int:
-        """Global rank of this process."""
-        return self.ctx.rank
-
-    @property
-    def world_size(self) -> int:
-        """Number of processes in the run."""
-        return self.ctx.world_size
-
-    @property
-    def is_main(self) -> bool:
-        """True on rank 0."""
-        return self.ctx.rank == 0
-
-    @property
     def step_count(self) -> int:
         """Optimizer steps done so far."""
         return self._step
-
-    @property
-    def callbacks(self) -> list[Callback]:
-        """Every callback in call order: the built-in ones (knobs, tuner, energy, progress, metrics), yours, then
-        the partial-record flushes and artifacts. Changes to the list take effect at the next hook."""
-        return self._run.stream.callbacks
-
-    @callbacks.setter
-    def callbacks(self, callbacks: list[Callback]) -> None:
-        self._run.stream.callbacks = callbacks
-
-    @property
-    def record(self) -> RunRecord:
-        """The run's record (ranks and totals are filled at :meth:`finish`)."""
-        return self.lifecycle.record
-
-    @property
-    def rank_record(self) -> RankRecord:
-        """This rank's measurements so far."""
-        return self.lifecycle.rank
 
     @property
     def model(self) -> nn.Module | None:

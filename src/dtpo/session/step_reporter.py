@@ -37,16 +37,16 @@ from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RankRecord, RunRecord
 from dtpo.core.steps import SettingView, plain_step
-from dtpo.distributed.process_group import DistContext, join
+from dtpo.distributed.process_group import join
 from dtpo.session.callbacks.energy import EnergyCallback
 from dtpo.session.environment import describe_device
 from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir
-from dtpo.session.stream_run import StreamRun, new_record
+from dtpo.session.stream_run import StreamProducer, StreamRun, new_record
 
 log = logging.getLogger(__name__)
 
 
-class StepReporter:
+class StepReporter(StreamProducer):
     """One rank's steps of a plain training loop, reported by their ends.
 
     Args:
@@ -96,7 +96,7 @@ class StepReporter:
         self.target_steps = total_steps
         self.start_step = 0
         self.clock = clock
-        self.ctx: DistContext = join(device, run_config.launch.backend)
+        super().__init__(join(device, run_config.launch.backend))
         self.run_dir = agree_on_run_dir(self.ctx, run_dir or run_config.launch.run_dir)
         self._print_summary = summary and not LaunchContract.from_environ().launched
         record = new_record(self.ctx, self.run_dir, run_config, config)
@@ -111,41 +111,6 @@ class StepReporter:
         self._started_at = 0.0
 
     # -- what callbacks read (dtpo.core.steps.RunView) --------------------------------------------------------
-
-    @property
-    def rank(self) -> int:
-        """Global rank of this process."""
-        return self.ctx.rank
-
-    @property
-    def world_size(self) -> int:
-        """Number of processes in the run."""
-        return self.ctx.world_size
-
-    @property
-    def is_main(self) -> bool:
-        """True on rank 0."""
-        return self.ctx.rank == 0
-
-    @property
-    def device(self) -> torch.device:
-        """This rank's device."""
-        return self.ctx.device
-
-    @property
-    def record(self) -> RunRecord:
-        """The run's record (ranks and totals are filled at :meth:`finish`)."""
-        return self.lifecycle.record
-
-    @property
-    def rank_record(self) -> RankRecord:
-        """This rank's measurements so far."""
-        return self.lifecycle.rank
-
-    @property
-    def callbacks(self) -> list[Callback]:
-        """Every callback in call order."""
-        return self._run.stream.callbacks
 
     @property
     def switches(self) -> Mapping[str, SettingView]:

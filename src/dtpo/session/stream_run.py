@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import RunConfig
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord
@@ -86,3 +88,58 @@ class StreamRun:
         if record is not None and summary:
             print_summary(record, record_path=str(self.run_dir / RECORD_FILE))
         return record
+
+
+class StreamProducer:
+    """What every producer of the step stream answers the same way to its callbacks (part of
+    :class:`~dtpo.core.steps.RunView`): where this rank sits, from its process group context, and the run's record
+    and callbacks, from its :class:`StreamRun`.
+
+    Args:
+        ctx: Where this rank sits (the producer joined or made the process group).
+    """
+
+    _run: StreamRun  # the run it drives: made by the producer's constructor, which passes itself as its host
+
+    def __init__(self, ctx: DistContext) -> None:
+        self.ctx = ctx
+
+    @property
+    def rank(self) -> int:
+        """Global rank of this process."""
+        return self.ctx.rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes in the run."""
+        return self.ctx.world_size
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0."""
+        return self.ctx.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        """This rank's device."""
+        return self.ctx.device
+
+    @property
+    def record(self) -> RunRecord:
+        """The run's record (ranks and totals are filled when the run finishes)."""
+        return self._run.lifecycle.record
+
+    @property
+    def rank_record(self) -> RankRecord:
+        """This rank's measurements so far."""
+        return self._run.lifecycle.rank
+
+    @property
+    def callbacks(self) -> list[Callback]:
+        """Every callback in call order: the built-in ones (knobs, tuner, energy, progress, metrics), yours, then
+        the partial-record flushes and artifacts. Changes to the list take effect at the next hook."""
+        return self._run.stream.callbacks
+
+    @callbacks.setter
+    def callbacks(self, callbacks: list[Callback]) -> None:
+        self._run.stream.callbacks = callbacks

@@ -15,7 +15,7 @@ from dtpo.core.config import EnergyConfig
 from dtpo.core.record import RunRecord
 from dtpo.devices.base import Device, DeviceError, DeviceInfo
 from dtpo.devices.discovery import Discovery
-from dtpo.session import builtin_callbacks
+from dtpo.session.callbacks import builtin as builtin_callbacks
 
 
 def _train(rank: int, world_size: int, out: str) -> None:

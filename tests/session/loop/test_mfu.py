@@ -13,7 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from dtpo.core.record import RankRecord, StepRecord
 from dtpo.core.totals import compute_totals
-from dtpo.session import mfu
+from dtpo.session.loop import mfu
 from dtpo.session.loop.precision import PRECISIONS, Precision
 
 
