@@ -1,5 +1,5 @@
 # Two commands: `make run` trains the default example on 2 local workers; `make test` runs the suite
-# (`make test-fast`: the part that starts no process).
+# (`make test-fast`: the part not marked slow).
 # Both create .venv on first use; later calls only reinstall when pyproject.toml or constraints.txt change.
 PYTHON ?= python3
 VENV := .venv
@@ -21,7 +21,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-# The tests that start no process (those are marked slow: workers, ranks of a gloo world, Ray), for iterating.
+# For iterating: the suite less the tests marked slow (they start processes: workers, gloo ranks, Ray; or train long).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing.process
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -39,7 +40,7 @@ def _note_process_start(what: str) -> None:
 @pytest.fixture(autouse=True)
 def _process_starts_are_marked_slow(request: pytest.FixtureRequest,
                                     monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Error out a test that starts a process (a subprocess, a multiprocessing child, a rank of
+    """Error out a test that starts a process (a Python subprocess, a multiprocessing child, a rank of
     :func:`run_ranks`) without ``@pytest.mark.slow``."""
     global _started
     if request.node.get_closest_marker("slow") is not None:
@@ -48,7 +49,9 @@ def _process_starts_are_marked_slow(request: pytest.FixtureRequest,
     execute_child, start = subprocess.Popen._execute_child, multiprocessing.process.BaseProcess.start
 
     def noted_execute_child(popen: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
-        _note_process_start(f"subprocess {args if isinstance(args, str) else ' '.join(map(str, args))[:80]}")
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        if Path(os.fsdecode(argv[0]).split()[0]).name.startswith("python"):  # not `uname -p` (platform) and such
+            _note_process_start(f"subprocess {' '.join(map(os.fsdecode, argv))[:80]}")
         return execute_child(popen, args, *rest, **kwargs)
 
     def noted_start(process: multiprocessing.process.BaseProcess) -> None:

@@ -236,6 +236,7 @@ def test_a_script_without_a_session_says_nothing_was_recorded_and_leaves_no_dire
     assert not (tmp_path / "runs").exists()  # neither the run directory nor the runs/ it would have been in
 
 
+@pytest.mark.slow
 def test_restarts_are_counted_with_the_error_of_each_failed_attempt(plain: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
