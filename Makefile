@@ -1,4 +1,5 @@
-# Two commands: `make run` trains the default example on 2 local workers; `make test` runs the suite.
+# Two commands: `make run` trains the default example on 2 local workers; `make test` runs the suite
+# (`make test-fast`: the part not marked slow).
 # Both create .venv on first use; later calls only reinstall when pyproject.toml or constraints.txt change.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.dtpo-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test integration lint bench bench-zeus bench-stragglers bench-telemetry clean
+.PHONY: run test test-fast integration lint bench bench-zeus bench-stragglers bench-telemetry clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +20,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# For iterating: the suite less the tests marked slow (they start processes: workers, gloo ranks, Ray; or train long).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # Checks with the real parts: Debian's prometheus scraping a live run, the report in headless Chromium, concurrent
 # runs in one store. Installs the Debian packages (as root, or through sudo) and the integration extra where missing.

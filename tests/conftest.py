@@ -1,45 +1,79 @@
-"""Shared test helpers: run a function on several ranks of a real gloo process group."""
+"""Shared test helpers: run a function on several ranks of a real gloo process group, the dtpo app."""
 
 from __future__ import annotations
 
+import multiprocessing.process
 import os
-import socket
+import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch.multiprocessing as mp
+from rank_pool import close_pools, run_pooled
+from rank_pool import free_port as free_port  # tests import it from here
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _rank_main(rank: int, fn: Callable[..., Any], world_size: int, port: int, args: tuple[Any, ...]) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE=str(world_size), LOCAL_WORLD_SIZE=str(world_size))
-    import torch
-
-    from dtpo.distributed.worker_exit import exit_now
-
-    torch.set_num_threads(1)
-    fn(rank, world_size, *args)
-    exit_now(0)  # as dtpo's own workers end: see dtpo.distributed.worker_exit
-
-
 def run_ranks(fn: Callable[..., Any], world_size: int, *args: Any) -> None:
-    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes that form one world.
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes that form one world (see
+    :mod:`rank_pool`: the processes are shared by the tests of the session; each call rendezvous anew).
 
-    ``fn`` must live at module level of a test module so the children can import it.
+    ``fn`` must live at module level of a test module so the ranks can import it.
     """
-    mp.spawn(_rank_main, args=(fn, world_size, free_port(), args), nprocs=world_size, join=True)
+    _note_process_start(f"run_ranks({fn.__name__}, {world_size})")
+    run_pooled(fn, world_size, args)
+
+
+# What the running test started (None: it is marked slow and may). ``make test-fast`` leaves out the tests marked
+# slow; a test that starts processes without the mark is an error, so the fast run stays fast.
+_started: list[str] | None = None
+
+
+def _note_process_start(what: str) -> None:
+    if _started is not None:
+        _started.append(what)
+
+
+@pytest.fixture(autouse=True)
+def _process_starts_are_marked_slow(request: pytest.FixtureRequest,
+                                    monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Error out a test that starts a process (a Python subprocess, a multiprocessing child, a rank of
+    :func:`run_ranks`) without ``@pytest.mark.slow``."""
+    global _started
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    execute_child, start = subprocess.Popen._execute_child, multiprocessing.process.BaseProcess.start
+
+    def noted_execute_child(popen: subprocess.Popen[Any], args: Any, *rest: Any, **kwargs: Any) -> Any:
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        if Path(os.fsdecode(argv[0]).split()[0]).name.startswith("python"):  # not `uname -p` (platform) and such
+            _note_process_start(f"subprocess {' '.join(map(os.fsdecode, argv))[:80]}")
+        return execute_child(popen, args, *rest, **kwargs)
+
+    def noted_start(process: multiprocessing.process.BaseProcess) -> None:
+        _note_process_start(f"multiprocessing {process.name}")
+        start(process)
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", noted_execute_child)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", noted_start)
+    _started = []
+    try:
+        yield
+        started = _started
+    finally:
+        _started = None
+    if started:
+        pytest.fail(f"starts processes ({'; '.join(started[:3])}) but is not marked @pytest.mark.slow "
+                    "(make test-fast leaves those out)", pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """End the pooled ranks with the test session."""
+    close_pools()
 
 
 def dtpo_cli(*args: str) -> list[str]:

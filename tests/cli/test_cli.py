@@ -14,6 +14,7 @@ from dtpo.core.config import LaunchConfig, RunConfig
 from dtpo.core.record import RunRecord
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["train", "--workers", "many"], "Invalid value for '--workers'"),
     (["train", "--no-such-flag"], "No such option"),
@@ -33,6 +34,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.slow
 def test_train_two_workers_writes_a_record_and_prints_the_summary(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     result = subprocess.run(dtpo_cli("train", "--workload", "mlp", "--workers", "2", "--steps", "8",
@@ -48,6 +50,7 @@ def test_train_two_workers_writes_a_record_and_prints_the_summary(tmp_path: Path
     assert record.totals["throughput"]["value"] > 0
 
 
+@pytest.mark.slow
 def test_bench_measures_each_worker_count(tmp_path: Path) -> None:
     result = subprocess.run(dtpo_cli("bench", "--workers", "1,2", "--workload", "mlp", "--steps", "6",
                                      "--run-dir", str(tmp_path)), capture_output=True, text=True, timeout=300)

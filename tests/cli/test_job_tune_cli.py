@@ -52,6 +52,7 @@ def test_a_precision_the_device_cannot_run_is_refused_before_training(state: Pat
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_a_tuned_train_run_prints_the_candidates_and_records_the_choice(state: Path, tmp_path: Path,
                                                                         capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"

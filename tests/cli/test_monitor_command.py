@@ -13,6 +13,7 @@ from dtpo.cli.monitor import check_options
 from dtpo.core.errors import ConfigError
 
 
+@pytest.mark.slow
 def test_monitor_reads_for_a_duration_and_writes_csv(tmp_path: Path) -> None:
     out = tmp_path / "power.csv"
     result = subprocess.run(dtpo_cli("monitor", "--interval", "0.2", "--duration", "1", "--csv", str(out),
@@ -49,6 +50,7 @@ def test_monitor_options_that_make_no_sense_are_refused(tmp_path: Path, options:
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args, message", [
     (["--interval", "nan"], "dtpo: error: --interval must be a positive number of seconds, got nan"),
     (["--duration", "nan"], "dtpo: error: --duration must be a positive number of seconds, got nan"),

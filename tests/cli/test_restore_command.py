@@ -19,11 +19,13 @@ def run(args: list[str], state: Path) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "DTPO_STATE_DIR": str(state)})
 
 
+@pytest.mark.slow
 def test_nothing_to_restore(tmp_path: Path) -> None:
     result = run(["restore"], tmp_path)
     assert result.returncode == 0 and result.stdout.startswith("nothing to restore")
 
 
+@pytest.mark.slow
 def test_a_corrupt_journal_stops_restore_with_one_line_saying_how_to_clear_it(tmp_path: Path) -> None:
     journal = tmp_path / "knobs-journal.json"
     journal.write_text("{not json")
@@ -36,6 +38,7 @@ def test_a_corrupt_journal_stops_restore_with_one_line_saying_how_to_clear_it(tm
     assert journal.read_text() == "{not json"  # left for the user to inspect
 
 
+@pytest.mark.slow
 def test_a_corrupt_journal_does_not_block_commands_that_change_no_knobs(tmp_path: Path) -> None:
     (tmp_path / "knobs-journal.json").write_text("{not json")
     result = run(["monitor", "--duration", "0.2", "--interval", "0.1", "--cpu-tdp", "30"], tmp_path)

@@ -244,6 +244,7 @@ def test_a_real_train_registers_a_completed_row(tmp_path: Path) -> None:
     assert run.config["launch"]["run_dir"] == str(run_dir) and run.run_dir == str(run_dir.resolve())
 
 
+@pytest.mark.slow
 def test_dtpo_runs_from_a_real_process(filled: Path) -> None:
     if "runs_app" not in Path(cli_app.__file__).read_text():
         pytest.skip("dtpo.cli.app does not register `dtpo runs` yet")

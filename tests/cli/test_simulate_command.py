@@ -18,6 +18,7 @@ def run(args: list[str], state: Path) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "DTPO_STATE_DIR": str(state), "COLUMNS": "200"})
 
 
+@pytest.mark.slow
 def test_a_power_limit_sweep_marks_both_optima(tmp_path: Path) -> None:
     out = tmp_path / "sweep.json"
     result = run(["--gpu", "A40", "--workload", "resnet50", "--gpus", "4", "--steps", "100",
@@ -32,6 +33,7 @@ def test_a_power_limit_sweep_marks_both_optima(tmp_path: Path) -> None:
     assert not (tmp_path / "state" / "knobs-journal.json").exists()
 
 
+@pytest.mark.slow
 def test_a_clock_sweep_on_an_untraced_gpu(tmp_path: Path) -> None:
     result = run(["--gpu", "H100-SXM", "--workload", "resnet50", "--gpus", "8", "--steps", "50",
                   "--sweep", "sm-clock"], tmp_path / "state")
@@ -84,12 +86,14 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path: Path, args: list[st
     assert not list(out.rglob("*"))  # no results file, no temporary file, no folder made
 
 
+@pytest.mark.slow
 def test_bad_input_from_a_real_process(tmp_path: Path) -> None:
     result = run(["--noise", "nan", "--json", str(tmp_path)], tmp_path / "state")
     assert result.returncode == 2 and result.stderr == "dtpo: error: --noise must be a finite number, got nan\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_readme_example_and_clean_state(tmp_path: Path) -> None:
     """The README's example, with the workload named in full (``bert_base_uncased`` alone is ambiguous)."""
     state = tmp_path / "state"
@@ -111,6 +115,7 @@ def test_a_network_with_two_datasets_names_both(monkeypatch: pytest.MonkeyPatch,
                                        "bert_base_uncased/sentiment140, bert_base_uncased/squad\n")
 
 
+@pytest.mark.slow
 def test_json_is_written_into_an_existing_folder(tmp_path: Path) -> None:
     out = tmp_path / "result.json"
     result = run(["--steps", "10", "--gpus", "2", "--json", str(out)], tmp_path / "state")
@@ -217,6 +222,7 @@ def test_a_bad_trace_file_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: py
     assert not list(state.rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_a_missing_trace_file_from_a_real_process(tmp_path: Path) -> None:
     result = run(["--trace", str(tmp_path / "nope.csv")], tmp_path / "state")
     assert result.returncode == 2

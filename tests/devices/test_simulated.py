@@ -189,6 +189,7 @@ def _changed_process(state_file: Path, clock: int) -> subprocess.Popen[str]:
     return proc
 
 
+@pytest.mark.slow
 def test_sigkill_leaves_a_journal_and_the_next_dtpo_start_restores(tmp_path: Path) -> None:
     state_file = tmp_path / "gpu0.json"
     clock = gpu(tmp_path).model.spec.sm_clocks_mhz[0]
@@ -205,6 +206,7 @@ def test_sigkill_leaves_a_journal_and_the_next_dtpo_start_restores(tmp_path: Pat
     assert not KnobJournal().path.exists()
 
 
+@pytest.mark.slow
 def test_sigterm_restores_before_the_process_ends(tmp_path: Path) -> None:
     state_file = tmp_path / "gpu0.json"
     proc = _changed_process(state_file, gpu(tmp_path).model.spec.sm_clocks_mhz[0])

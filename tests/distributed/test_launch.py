@@ -103,6 +103,7 @@ def test_a_module_that_exists_is_accepted() -> None:
     assert args.module and args.training_script == "dtpo.workloads.train"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv, message", [
     (["--nnodes", "0"], "--nnodes must be N or MIN:MAX"),
     (["--rdzv-timeout", "nan"], "--rdzv-timeout must be a positive number of seconds"),
@@ -133,6 +134,7 @@ def test_a_rank_killed_by_a_signal_is_named() -> None:
     assert _describe_failures(exc) == "rank 3 was killed by SIGKILL"
 
 
+@pytest.mark.slow
 def test_two_launchers_form_one_world_of_four(script: Path, tmp_path: Path) -> None:
     port = free_port()
     procs = []
@@ -151,6 +153,7 @@ def test_two_launchers_form_one_world_of_four(script: Path, tmp_path: Path) -> N
     assert record.environment["nnodes"] == 2 and record.environment["world_size"] == 4
 
 
+@pytest.mark.slow
 def test_a_run_that_fails_half_way_leaves_a_record(script: Path, tmp_path: Path) -> None:
     result = subprocess.run(dtpo_cli("launch", "--standalone", "--nproc-per-node", "2", "--run-dir",
                                      str(tmp_path / "run"), str(script), "1", "4"),
@@ -165,6 +168,7 @@ def test_a_run_that_fails_half_way_leaves_a_record(script: Path, tmp_path: Path)
     assert len(failed.steps) == 4  # steps 0..3 were measured before the failure at step 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend_flags, message", [
     (["--node-rank", "1"], "could not reach the rendezvous endpoint"),  # static: the master never appears
     (["--rdzv-backend", "c10d"], "did not complete within 3 s"),  # c10d: the second node never joins
@@ -183,12 +187,14 @@ def test_unreachable_rendezvous_times_out_with_one_line(script: Path, backend_fl
     assert len(lines) == 1, result.stderr
 
 
+@pytest.mark.slow
 def test_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     result = subprocess.run(dtpo_cli("launch", str(tmp_path / "nope.py")), capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.strip() == f"dtpo: error: training script {str(tmp_path / 'nope.py')!r} does not exist"
 
 
+@pytest.mark.slow
 def test_launch_help_lists_torchrun_and_dtpo_flags() -> None:
     result = subprocess.run(dtpo_cli("launch", "--help"), capture_output=True, text=True)
     assert result.returncode == 0
@@ -218,6 +224,7 @@ def plain(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_script_without_a_session_says_nothing_was_recorded_and_leaves_no_directory(plain: Path,
                                                                                       tmp_path: Path) -> None:
     result = subprocess.run(dtpo_cli("launch", "--standalone", "--nproc-per-node", "1", str(plain), "ok",
@@ -229,6 +236,7 @@ def test_a_script_without_a_session_says_nothing_was_recorded_and_leaves_no_dire
     assert not (tmp_path / "runs").exists()  # neither the run directory nor the runs/ it would have been in
 
 
+@pytest.mark.slow
 def test_restarts_are_counted_with_the_error_of_each_failed_attempt(plain: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -26,6 +26,7 @@ def _probe(rank: int, world_size: int, out: str) -> None:
         Path(out).write_text(json.dumps([[s.n_bytes, s.ranks, s.seconds] for s in samples]))
 
 
+@pytest.mark.slow
 def test_probe_on_two_ranks(tmp_path: Path) -> None:
     out = tmp_path / "samples.json"
     run_ranks(_probe, 2, str(out))
@@ -45,6 +46,7 @@ def _probe_cpu(rank: int, world_size: int, out: str) -> None:
         Path(out).write_text(json.dumps([[s.n_bytes, s.ranks, s.seconds, s.cpu_seconds] for s in samples]))
 
 
+@pytest.mark.slow
 def test_the_probe_also_times_the_host_cpu_each_all_reduce_used(tmp_path: Path) -> None:
     out = tmp_path / "samples.json"
     run_ranks(_probe_cpu, 2, str(out))
@@ -72,6 +74,7 @@ def test_parse_sizes() -> None:
             parse_sizes(bad)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("argv", [["--sizes", "x", "--out", "o.json"], ["--repeats", "0", "--out", "o.json"],
                                   ["--bogus"], []])
 def test_bad_flags_one_line_exit_2(argv: list[str], tmp_path: Path) -> None:

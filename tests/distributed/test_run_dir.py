@@ -94,6 +94,7 @@ def test_empty_runs_are_recognised_and_removed(tmp_path: Path) -> None:
     assert not is_empty_run(run) and not remove_empty_run(run) and run.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make, message", [
     (lambda tmp: (tmp / "f").write_text("x") and str(tmp / "f"), "is a file"),
     (lambda tmp: (tmp / "f").write_text("x") and str(tmp / "f" / "run"), "lies under the file"),

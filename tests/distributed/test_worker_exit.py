@@ -50,6 +50,7 @@ def run_worker(tmp_path: Path, how: str) -> subprocess.CompletedProcess[str]:
                           timeout=60, check=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how,code", [("return", 0), ("code", 3), ("message", 1)])
 def test_a_worker_ends_with_its_code_after_threads_atexit_and_output(tmp_path: Path, how: str, code: int) -> None:
     done = run_worker(tmp_path, how)
@@ -61,6 +62,7 @@ def test_a_worker_ends_with_its_code_after_threads_atexit_and_output(tmp_path: P
     assert ("stopped: a message" in done.stderr) == (how == "message")
 
 
+@pytest.mark.slow
 def test_an_exception_escaping_main_is_left_to_python(tmp_path: Path) -> None:
     done = run_worker(tmp_path, "error")
     assert done.returncode == 1

@@ -52,6 +52,7 @@ def reference_step(world_size: int, accum: int) -> list[torch.Tensor]:
     return [p.detach() for p in model.parameters()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accum", [1, 3])
 def test_two_ranks_match_one_process_on_the_concatenated_batch(tmp_path: Path, accum: int) -> None:
     run_ranks(_one_step, 2, accum, str(tmp_path))
@@ -99,6 +100,7 @@ def _learn(rank: int, world_size: int, strategy: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
 def test_every_precision_lowers_the_loss(tmp_path: Path, strategy: str) -> None:
     run_ranks(_learn, 2, strategy, str(tmp_path))
@@ -136,6 +138,7 @@ def _switch_compression(rank: int, world_size: int, out: str) -> None:
     session.finish()
 
 
+@pytest.mark.slow
 def test_compression_switched_between_steps_applies_from_the_next_step(tmp_path: Path) -> None:
     run_ranks(_switch_compression, 2, str(tmp_path))
     record = dtpo.core.record.RunRecord.load(tmp_path)

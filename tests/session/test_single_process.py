@@ -8,6 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from dtpo.core.record import RunRecord
 
 SCRIPT = textwrap.dedent("""
@@ -25,6 +27,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_plain_python_runs_one_rank(tmp_path: Path) -> None:
     (tmp_path / "script.py").write_text(SCRIPT)
     result = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)

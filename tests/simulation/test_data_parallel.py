@@ -95,6 +95,7 @@ KILLED_JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_killed_job_leaves_one_file_that_the_restore_removes() -> None:
     proc = subprocess.Popen([sys.executable, "-c", KILLED_JOB], stdout=subprocess.PIPE, text=True,
                             env=os.environ.copy())

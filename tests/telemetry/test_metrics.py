@@ -60,6 +60,7 @@ def _write_rank(directory: str, rank: int) -> None:
     metrics.set("dtpo_step_seconds", 99.0)  # after close: ignored, no error
 
 
+@pytest.mark.slow
 def test_two_processes_are_served_by_one_endpoint(tmp_path: Path) -> None:
     directory = metrics_dir(tmp_path, "node-a")
     prepare_metrics_dir(directory)

@@ -57,6 +57,7 @@ def tune_and_die(state: Path, journal_dir: Path | None, die_after: int = 20) -> 
     return proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["own journal", "machine journal"])
 def test_a_run_killed_mid_profiling_is_restored_from_the_journal(where: str, tmp_path: Path) -> None:
     state = tmp_path / "gpu0.json"
@@ -107,6 +108,7 @@ STRAGGLERS_AND_DIE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_straggler_job_killed_with_locked_clocks_is_restored_from_the_journal(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", STRAGGLERS_AND_DIE, str(tmp_path), "60"], capture_output=True,
                           text=True, timeout=120, env=os.environ.copy())

@@ -51,6 +51,7 @@ def _two_ranks(rank: int, world_size: int, out: str, samples: int) -> None:
     Path(out, f"rank{rank}.json").write_text(json.dumps(result.as_dict()))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("samples", [1024, 384])  # 8 batches of 128, or 3: rank 1 repeats one it leaves out
 def test_two_ranks_share_the_set_out_and_both_return_the_whole_set_mean(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, samples: int) -> None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dtpo.workloads.base import EVALUATION_SAMPLES
 
 
@@ -18,6 +20,7 @@ def run_entry(*args: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=300, check=False)
 
 
+@pytest.mark.slow
 def test_a_bad_configuration_is_one_line_and_exit_2(tmp_path: Path) -> None:
     done = run_entry(str(tmp_path / "a.json"), str(tmp_path / "b.json"))
     assert done.returncode == 2
@@ -25,6 +28,7 @@ def test_a_bad_configuration_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_a_run_alone_ends_with_0_and_its_record_written(tmp_path: Path) -> None:
     from dtpo.core.config import EnergyConfig, LaunchConfig, RunConfig, WorkloadConfig
 

@@ -116,6 +116,7 @@ def train_losses(workload: Workload, steps: int, batch_size: int) -> list[float]
     ("mlp", 60, 128, 0.6),
     ("cnn", 60, 64, 0.3),
 ])
+@pytest.mark.slow
 def test_loss_falls_in_a_short_training_loop(name: str, steps: int, batch_size: int, drop: float) -> None:
     # A smaller LM than the default keeps the test quick; it still has to learn the byte statistics.
     small_lm = CharLM(LMConfig(n_layer=2, n_head=2, d_model=64, block_size=64))

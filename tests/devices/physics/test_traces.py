@@ -5,13 +5,15 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import tomllib
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
+import dtpo
 from dtpo.core.errors import ConfigError
-from dtpo.devices.physics.traces import ZEUS_OPTIMIZER, find_trace, load_traces, resolve_workload
+from dtpo.devices.physics.traces import ZEUS_OPTIMIZER, find_trace, load_traces, resolve_workload, trace_csv_rows
 
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "data" / "zeus-nsdi23"
 FILES = {"A40": "summary_power_a40.csv", "V100": "summary_power_v100.csv"}
@@ -88,8 +90,20 @@ def test_packaged_data_is_used_and_attributed() -> None:
         assert packaged(name).is_file(), name
     readme = packaged("README.md").read_text(encoding="utf-8")
     assert "Apache License 2.0" in readme and "Zeus" in readme and "verbatim copy" in readme
-    # The copy lives inside the dtpo package (so wheels carry it), not in the shared folder.
-    assert "dtpo" in Path(str(packaged(FILES["A40"]))).parts
+    # The copy lives inside the dtpo package, where pyproject's package-data puts it in wheels (not in the shared
+    # folder), and it is what the loader reads.
+    package_dir = Path(dtpo.__file__).resolve().parent
+    for name in FILES.values():
+        path = Path(str(packaged(name))).resolve()
+        assert path.is_relative_to(package_dir) and not path.is_relative_to(SHARED.resolve()), path
+        assert any(path.relative_to(package_dir).match(glob) for glob in _package_data_globs()), path
+    assert trace_csv_rows("A40") == raw_rows("A40") and trace_csv_rows("V100") == raw_rows("V100")
+
+
+def _package_data_globs() -> list[str]:
+    """The file patterns pyproject.toml ships with the dtpo package."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
+    return pyproject["tool"]["setuptools"]["package-data"]["dtpo"]
 
 
 # SHA-256 of the Zeus artifact's files, checked byte for byte against ../shared/data/zeus-nsdi23/ when recorded.

@@ -31,6 +31,7 @@ def _train(rank: int, world_size: int, out: str) -> None:
     session.finish()
 
 
+@pytest.mark.slow
 def test_two_ranks_on_one_node_count_the_cpu_once(tmp_path: Path) -> None:
     run_ranks(_train, 2, str(tmp_path))
     record = RunRecord.load(tmp_path)

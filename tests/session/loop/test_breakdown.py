@@ -7,6 +7,7 @@ import statistics
 import time
 from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 from conftest import run_ranks
@@ -52,6 +53,7 @@ def _train(rank: int, world_size: int, delay_s: float, out: str) -> None:
     session.finish()
 
 
+@pytest.mark.slow
 def test_parts_sum_to_the_step_and_steps_to_the_loop(tmp_path: Path) -> None:
     run_ranks(_train, 2, 0.0, str(tmp_path))
     record = RunRecord.load(tmp_path)
@@ -76,6 +78,7 @@ def test_parts_sum_to_the_step_and_steps_to_the_loop(tmp_path: Path) -> None:
     assert 0 < totals["mfu"]["value"] < 1
 
 
+@pytest.mark.slow
 def test_a_straggler_shows_up_as_the_other_ranks_sync_wait(tmp_path: Path) -> None:
     delay = 0.2  # far above the model's own compute, so the comparison holds on a busy machine
     run_ranks(_train, 2, delay, str(tmp_path))

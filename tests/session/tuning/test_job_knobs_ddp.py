@@ -54,6 +54,7 @@ def _train_with_switch(rank: int, world_size: int, configured: int, switch_to: i
     session.finish()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("configured,switch_to", [(1, 4), (2, 1), (4, 2)])
 def test_accumulation_switched_mid_run_at_a_fixed_global_batch_gives_the_same_updates(
         tmp_path: Path, configured: int, switch_to: int) -> None:
@@ -138,6 +139,7 @@ def _probe_run(rank: int, world_size: int, out: str, probe: bool) -> None:
     session.finish()
 
 
+@pytest.mark.slow
 def test_probes_judge_settings_without_touching_training(tmp_path: Path) -> None:
     run_ranks(_probe_run, 2, str(tmp_path), True)
     run_ranks(_probe_run, 2, str(tmp_path), False)
@@ -177,6 +179,7 @@ def _tuned_run(rank: int, world_size: int, out: str) -> None:
     session.finish()
 
 
+@pytest.mark.slow
 def test_a_tuned_run_records_candidates_verdicts_and_its_trajectory_the_same_on_every_rank(
         tmp_path: Path) -> None:
     run_ranks(_tuned_run, 2, str(tmp_path))
@@ -213,6 +216,7 @@ def _batch_norm_run(rank: int, world_size: int, out: str, allow: bool) -> None:
                                                            "switches": session.switch_log}, default=str))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("allow", [False, True])
 def test_accumulation_is_not_searched_on_a_batch_norm_model_unless_the_batch_may_change(tmp_path: Path,
                                                                                         allow: bool) -> None:

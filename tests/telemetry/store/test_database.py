@@ -209,6 +209,7 @@ def _register_many(path: str, tag: str, count: int, start: Any) -> None:
         store.finish(run_id, "completed", {"throughput": float(i)})
 
 
+@pytest.mark.slow
 def test_two_processes_registering_at_once_lose_no_row(tmp_path: Path) -> None:
     path = str(tmp_path / "dtpo.sqlite")
     ctx = multiprocessing.get_context("fork")
@@ -237,6 +238,7 @@ def _killed(path: Path, run_dir: Path) -> None:
     assert process.exitcode == -signal.SIGKILL
 
 
+@pytest.mark.slow
 def test_a_run_whose_process_was_killed_reads_as_failed_not_missing(store: RunStore, tmp_path: Path) -> None:
     _killed(store.path, tmp_path / "killed")
     (run,) = store.list_runs()
@@ -244,6 +246,7 @@ def test_a_run_whose_process_was_killed_reads_as_failed_not_missing(store: RunSt
     assert store.get("killed").status == "failed"
 
 
+@pytest.mark.slow
 def test_a_killed_run_that_wrote_its_record_takes_it(store: RunStore, tmp_path: Path) -> None:
     run_dir = tmp_path / "done"
     record("done", 42.0).save(run_dir)
