@@ -175,6 +175,7 @@ def _example_rank(rank: int, world_size: int, out: str) -> None:
     runpy.run_path(str(REPO / "examples" / "plain_loop.py"))["main"](["--steps", "8", "--run-dir", out])
 
 
+@pytest.mark.slow
 def test_the_example_under_two_ranks_joins_the_scripts_own_process_group(tmp_path: Path) -> None:
     run_ranks(_example_rank, 2, str(tmp_path))
     record = RunRecord.load(tmp_path)
