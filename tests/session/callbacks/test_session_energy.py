@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ def _train(rank: int, world_size: int, out: str) -> None:
     data = ((torch.randn(16, 32), torch.randint(0, 4, (16,))) for _ in iter(int, 1))
     for x, y in session.batches(data, steps=10):
         session.backward(F.cross_entropy(model(x), y))
+        time.sleep(0.03)  # 10 steps outlast several sampler periods (0.05 s), so the power timeline has rows
         session.step(opt)
     session.finish()
 
