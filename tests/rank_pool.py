@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
@@ -109,13 +110,31 @@ class RankPool:
                         proc.join(timeout=5)
                         error = f"ended without an answer (exit code {proc.exitcode})"
                     if error is not None:
+                        errors = {rank: error, **self._other_errors(pending - {rank})}
                         self.close(force=True)
-                        raise RankFailed(f"\n\n-- Process {rank} terminated with the following error:\n{error}")
+                        raise RankFailed("".join(f"\n\n-- Process {r} terminated with the following error:\n{e}"
+                                                 for r, e in sorted(errors.items())))
                     pending.discard(rank)
                 elif proc.sentinel in ready:
                     proc.join()
                     self.close(force=True)
                     raise RankFailed(f"process {rank} terminated with exit code {proc.exitcode}")
+
+    def _other_errors(self, ranks: set[int], grace_s: float = 1.0) -> dict[int, str]:
+        """The errors other ranks report within ``grace_s`` of a first one: a rank that raised breaks its peers'
+        collectives too, and which of them answers first is a race, so every rank's traceback is shown."""
+        deadline = time.monotonic() + grace_s
+        errors: dict[int, str] = {}
+        for rank in sorted(ranks):
+            conn = self.conns[rank]
+            try:
+                if conn.poll(max(0.0, deadline - time.monotonic())):
+                    error = conn.recv()
+                    if error is not None:
+                        errors[rank] = error
+            except (EOFError, OSError):
+                continue
+        return errors
 
     @property
     def alive(self) -> bool:
