@@ -77,6 +77,17 @@ class Section:
             raise self._fail(name, f"must be a finite number, got {value!r}")
         return value
 
+    def _optional_number(self, name: str) -> float | None:
+        """A float field that may be null (an integer is taken as a number); unlike :meth:`_check_type` it leaves
+        a non-finite value for the section's own rules to name in their words."""
+        value = getattr(self, name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+            setattr(self, name, value)
+        if value is not None and not isinstance(value, float):
+            raise self._fail(name, f"must be a number or null, got {value!r}")
+        return value
+
     def _int(self, name: str, low: int, high: int | None = None, optional: bool = False) -> None:
         value = self._check_type(name, int, optional)
         if value is None:

@@ -95,17 +95,9 @@ class PlanChoiceConfig(Section):
         if self.deadline is not None and self.budget is not None:
             raise ConfigError("give --deadline or --budget, not both")
         for name, flag_name in (("deadline", "--deadline"), ("budget", "--budget")):
-            value = self._number(name)
+            value = self._optional_number(name)
             if value is not None and not value > 0:
                 raise ConfigError(f"{flag_name} must be positive, got {value:g}")
-
-    def _number(self, name: str) -> float | None:
-        value = getattr(self, name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            setattr(self, name, float(value))
-        elif value is not None and not isinstance(value, float):
-            raise self._fail(name, f"must be a number or null, got {value!r}")
-        return getattr(self, name)
 
 
 @dataclass(kw_only=True)

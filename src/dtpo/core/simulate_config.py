@@ -48,17 +48,6 @@ def _finite(flag_name: str, value: float | None) -> None:
         raise ConfigError(f"{flag_name} must be a finite number, got {value:g}")
 
 
-def _number(section: Section, name: str) -> float | None:
-    """A float field (an integer is taken as a number); ``None`` stays."""
-    value = getattr(section, name)
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-        setattr(section, name, value)
-    if value is not None and not isinstance(value, float):
-        raise section._fail(name, f"must be a number or null, got {value!r}")
-    return value
-
-
 @dataclass(kw_only=True)
 class SimJobConfig(Section):
     """The simulated job: which GPUs, how many, what they train, which model of them, and its noise."""
@@ -97,8 +86,8 @@ class SimJobConfig(Section):
         self._path("trace")
         for name in ("batch_size", "gpus", "steps", "seed"):  # ranges: the simulated job's own checks
             self._check_type(name, int, name == "batch_size")
-        _number(self, "noise")
-        _number(self, "counter_period")
+        self._optional_number("noise")
+        self._optional_number("counter_period")
 
 
 @dataclass(kw_only=True)
@@ -115,7 +104,7 @@ class SimKnobConfig(Section):
     """Sweep a knob: power-limit or sm-clock."""
 
     def __post_init__(self) -> None:
-        _number(self, "power_limit_w")
+        self._optional_number("power_limit_w")
         self._check_type("sm_clock_mhz", int, True)
         self._check_type("sweep", str, True)
 
@@ -143,7 +132,7 @@ class SimTuneConfig(Section):
     def __post_init__(self) -> None:
         self._check_type("knob", str, True)
         self._check_type("cost", str, True)
-        _number(self, "step_w")
+        self._optional_number("step_w")
 
 
 @dataclass(kw_only=True)

@@ -50,16 +50,14 @@ from dtpo.core.config import (
     TuneConfig,
 )
 from dtpo.core.errors import ConfigError
-from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RankRecord, RunRecord
 from dtpo.distributed.comm_timing import GradientComm
 from dtpo.distributed.process_group import join
 from dtpo.distributed.wrap import wrap_model
-from dtpo.session.callbacks.energy import EnergyCallback
 from dtpo.session.checkpoint.checkpoints import Checkpoints
 from dtpo.session.environment import describe_device
-from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir
+from dtpo.session.lifecycle import agree_on_run_dir
 from dtpo.session.loop.clock import clock_for
 from dtpo.session.loop.divergence import check_loss
 from dtpo.session.loop.mfu import peak_flops
@@ -139,15 +137,12 @@ class Session(StreamProducer):
         self.timer = StepTimer(self._clock, self.comm, tail_measured=cfg.strategy == "ddp",
                                distributed=self.ctx.distributed)
         self.run_dir = agree_on_run_dir(self.ctx, run_dir)
-        self._print_summary = summary and not LaunchContract.from_environ().launched
         record = new_record(self.ctx, self.run_dir, run_config, config)
         peak = peak_flops(self.device, self.precision.compute_dtype) if cfg.count_flops else None
         rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device),
                           peak_flops=peak.to_dict() if peak else None)
         self._run = StreamRun(self, self.ctx, self.run_dir, run_config, record, rank, callbacks, progress,
-                              settings=lambda: {name: switch.value for name, switch in self.switches.items()})
-        self.lifecycle: RunLifecycle = self._run.lifecycle
-        self.energy: EnergyCallback | None = self._run.energy
+                              summary, settings=lambda: {name: switch.value for name, switch in self.switches.items()})
         self.target_steps: int | None = None
         self._model: nn.Module | None = None
         self._started = False
@@ -450,7 +445,7 @@ class Session(StreamProducer):
             log.warning("the last checkpoint could not be completed: %s", exc)
         self.close_window()
         self.lifecycle.rank.switches = list(self.switch_log)
-        return self._run.finish(error, summary=self._print_summary)
+        return self._run.finish(error)
 
     def __enter__(self) -> Session:
         return self

@@ -33,14 +33,12 @@ import torch
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import EnergyConfig, KnobConfig, RunConfig, SessionConfig, TuneConfig
 from dtpo.core.errors import ConfigError
-from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RankRecord, RunRecord
 from dtpo.core.steps import SettingView, plain_step
 from dtpo.distributed.process_group import join
-from dtpo.session.callbacks.energy import EnergyCallback
 from dtpo.session.environment import describe_device
-from dtpo.session.lifecycle import RunLifecycle, agree_on_run_dir
+from dtpo.session.lifecycle import agree_on_run_dir
 from dtpo.session.stream_run import StreamProducer, StreamRun, new_record
 
 log = logging.getLogger(__name__)
@@ -98,13 +96,10 @@ class StepReporter(StreamProducer):
         self.clock = clock
         super().__init__(join(device, run_config.launch.backend))
         self.run_dir = agree_on_run_dir(self.ctx, run_dir or run_config.launch.run_dir)
-        self._print_summary = summary and not LaunchContract.from_environ().launched
         record = new_record(self.ctx, self.run_dir, run_config, config)
         rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device))
         self._run = StreamRun(self, self.ctx, self.run_dir, run_config, record, rank, callbacks, progress,
-                              clock=clock)
-        self.lifecycle: RunLifecycle = self._run.lifecycle
-        self.energy: EnergyCallback | None = self._run.energy
+                              summary, clock=clock)
         self._step = 0
         self._started = False
         self._step_start: float | None = None  # the open step's start (clock), its Unix time next
@@ -170,7 +165,7 @@ class StepReporter(StreamProducer):
         if self.lifecycle.finished:
             return None
         self.close_window()
-        return self._run.finish(error, summary=self._print_summary)
+        return self._run.finish(error)
 
     def __enter__(self) -> StepReporter:
         self.start()

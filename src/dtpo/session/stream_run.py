@@ -18,6 +18,7 @@ import torch
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import RunConfig
+from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord
 from dtpo.core.steps import RunView
 from dtpo.core.stream import StepStream
@@ -55,16 +56,18 @@ class StreamRun:
         rank: This rank's record.
         callbacks: The user's callbacks (after the built-in ones, before the flushes).
         progress: Show progress on rank 0.
+        summary: Print the summary table on rank 0 at the end (never under ``dtpo launch``, which prints it).
         settings: The switchable settings in force, for each window.
         clock: The producer's clock (seconds), for the power tuner's blocks.
     """
 
     def __init__(self, host: RunView, ctx: DistContext, run_dir: Path, run_config: RunConfig, record: RunRecord,
-                 rank: RankRecord, callbacks: Sequence[Callback], progress: bool,
+                 rank: RankRecord, callbacks: Sequence[Callback], progress: bool, summary: bool = True,
                  settings: Callable[[], dict[str, Any]] | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.ctx = ctx
         self.run_dir = run_dir
+        self.summary = summary and not LaunchContract.from_environ().launched  # dtpo launch prints it instead
         self.lifecycle = RunLifecycle(ctx, run_dir, record, rank)
         self.lifecycle.install_signal_handlers()
         self.energy: EnergyCallback | None
@@ -72,10 +75,10 @@ class StreamRun:
         everything: list[Callback] = builtins + list(callbacks) + closing_callbacks(run_config)
         self.stream = StepStream(host, everything, run_config.session.window_steps, settings)
 
-    def finish(self, error: BaseException | None, summary: bool) -> RunRecord | None:
+    def finish(self, error: BaseException | None) -> RunRecord | None:
         """End the run on this rank once its last window is closed: the callbacks add to this rank's record, the
         ranks are gathered (rank 0 writes ``record.json``), the process group is left after a normal end, the
-        callbacks see the record, and rank 0 prints the summary when asked.
+        callbacks see the record, and rank 0 prints the summary when asked (and not under ``dtpo launch``).
 
         Returns:
             The run record on rank 0, ``None`` on other ranks.
@@ -85,7 +88,7 @@ class StreamRun:
         if error is None:
             leave(self.ctx)
         self.stream.train_end(record)
-        if record is not None and summary:
+        if record is not None and self.summary:
             print_summary(record, record_path=str(self.run_dir / RECORD_FILE))
         return record
 
@@ -123,6 +126,16 @@ class StreamProducer:
     def device(self) -> torch.device:
         """This rank's device."""
         return self.ctx.device
+
+    @property
+    def lifecycle(self) -> RunLifecycle:
+        """This rank's record, its partial flushes and the end of the run."""
+        return self._run.lifecycle
+
+    @property
+    def energy(self) -> EnergyCallback | None:
+        """The built-in energy callback, ``None`` when energy is not measured."""
+        return self._run.energy
 
     @property
     def record(self) -> RunRecord:
