@@ -76,7 +76,7 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
 def time_metrics_callback(session: dtpo.Session, calls: int = 5000) -> dict[str, float]:
     """CPU seconds per call of the metrics callback's step and window hooks on this rank (what telemetry adds to
     a step, measured directly rather than as a difference of two noisy step times)."""
-    from dtpo.core.callbacks import Window
+    from dtpo.core.steps import Window
     from dtpo.session.callbacks.metrics import MetricsCallback
 
     [callback] = [c for c in session.callbacks if isinstance(c, MetricsCallback)]

@@ -6,7 +6,7 @@ train (``dtpo --version``, ``dtpo simulate``, ``dtpo monitor``) start without lo
 
 from typing import Any
 
-from dtpo.core.callbacks import Callback, Window
+from dtpo.core.callbacks import Callback
 from dtpo.core.config import (
     CheckpointConfig,
     EnergyConfig,
@@ -17,6 +17,7 @@ from dtpo.core.config import (
     TuneConfig,
     WorkloadConfig,
 )
+from dtpo.core.steps import Window
 
 __version__ = "0.1.0"
 

@@ -12,8 +12,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import dtpo
-from dtpo.core.callbacks import Callback, Window
+from dtpo.core.callbacks import Callback
 from dtpo.core.record import RunRecord, rank_record_path
+from dtpo.core.steps import Window
 from dtpo.session.loop.divergence import DivergedError
 
 

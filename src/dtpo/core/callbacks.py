@@ -29,7 +29,7 @@ from __future__ import annotations
 from dtpo.core.record import RankRecord, RunRecord, StepRecord
 from dtpo.core.steps import RunView, Window
 
-__all__ = ["Callback", "Window"]
+__all__ = ["Callback"]
 
 
 class Callback:

@@ -20,9 +20,9 @@ from fakes import FakeNvml, FakeNvmlGpu
 from torch import nn
 
 import dtpo
-from dtpo.core.callbacks import Window
 from dtpo.core.config import RunConfig, SessionConfig, TelemetryConfig
 from dtpo.core.record import StepRecord
+from dtpo.core.steps import Window
 from dtpo.core.tuner_status import ClockLock, SlackReading, SlackStatus, TunerState, TunerStatus
 from dtpo.devices.discovery import Discovery
 from dtpo.devices.nvml import open_nvml_gpus

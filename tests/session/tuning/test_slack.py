@@ -49,7 +49,7 @@ def test_the_waiting_rank_learns_its_slack_once_per_window(tmp_path: Path) -> No
 def test_a_window_summary_holds_each_rank_s_mean_over_its_odd_numbered_steps_for_the_policy() -> None:
     import torch
 
-    from dtpo.core.callbacks import Window
+    from dtpo.core.steps import Window
     from dtpo.session.tuning.slack import _summarise
 
     ready = torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 5.0, 7.0, 9.0]], dtype=torch.float64)

@@ -14,9 +14,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from dtpo.core.callbacks import Callback, Window
+from dtpo.core.callbacks import Callback
 from dtpo.core.record import RankRecord, rank_record_path
-from dtpo.core.steps import RunView
+from dtpo.core.steps import RunView, Window
 from dtpo.devices.discovery import Discovery
 from dtpo.energy.monitor import Monitor, Snapshot, WindowMeasurement
 from dtpo.telemetry.trace import TIMELINE_START

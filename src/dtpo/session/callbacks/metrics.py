@@ -20,10 +20,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from dtpo.core.callbacks import Callback, Window
+from dtpo.core.callbacks import Callback
 from dtpo.core.config import parse_metrics_addr
 from dtpo.core.record import RunRecord, StepRecord
-from dtpo.core.steps import RunView
+from dtpo.core.steps import RunView, Window
 from dtpo.core.tuner_status import SlackStatus, TunerStatus
 from dtpo.devices.base import Device, DeviceError
 from dtpo.telemetry.metrics import RankMetrics

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from dtpo.core.callbacks import Callback, Window
+from dtpo.core.callbacks import Callback
 from dtpo.core.record import RankRecord
 from dtpo.core.record_sections import SlackSection
-from dtpo.core.steps import RunView
+from dtpo.core.steps import RunView, Window
 from dtpo.core.totals import ready_s, sync_waits
 from dtpo.core.tuner_status import SlackReading
 
