@@ -56,6 +56,12 @@ def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: 
     record: RunRecord | None = None
     if not outcome.failed and path.is_file():
         record = RunRecord.load(path)
+    elif not outcome.failed:  # the agent's ranks end alone: their partial records make the run's record
+        partials = load_partial_records(outcome.run_dir)
+        if partials and all(p.status == "completed" for p in partials):
+            record = record_from_partials(outcome.run_dir, "completed", None, partials)
+            if record is not None:
+                record.save(outcome.run_dir)
     elif outcome.failed:
         partials = load_partial_records(outcome.run_dir)
         status = merged_status(outcome, [p.status for p in partials])
@@ -108,8 +114,9 @@ class RunEnded(DtpoError):
         self.exit_code = exit_code
 
 
-def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None = None) -> None:
-    """Say in one line how a launch ended when it did not simply complete with a record.
+def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None = None, agent: bool = False) -> None:
+    """Say in one line how a launch ended when it did not simply complete with a record (``agent``: the script
+    was measured by the in-process agent).
 
     Raises:
         RunEnded: The run was interrupted (exit code 128 + the signal), diverged or failed (exit code 1).
@@ -133,4 +140,9 @@ def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None
     if not outcome.recorded:
         if script is None:
             raise RunEnded(f"the workers finished but recorded nothing; {where}", 1)
-        log.warning("the workers finished, but nothing was recorded: %s does not use dtpo.Session", script)
+        if agent:
+            log.warning("the workers finished, but nothing was recorded: %s never stepped a torch optimizer "
+                        "(inference only?), so there were no training steps to measure", script)
+        else:
+            log.warning("the workers finished, but nothing was recorded: %s does not use dtpo.Session (and "
+                        "--no-agent kept the agent out)", script)

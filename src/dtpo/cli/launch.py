@@ -1,27 +1,75 @@
-"""``dtpo launch``: run any training script through torchrun, with dtpo's record at the end."""
+"""``dtpo launch``: run any training script through torchrun, measured per step by dtpo's in-process agent
+(:mod:`dtpo.agent`) unless ``--no-agent``, with dtpo's record at the end."""
 
 from __future__ import annotations
 
+import argparse
 import logging
+import shutil
+import sqlite3
+import tempfile
+from pathlib import Path
 
 import typer
 
 from dtpo.cli.conclude import conclude_run, end_run
+from dtpo.cli.register import warn_unregistered
+from dtpo.core.config import CONFIG_FILE, RunConfig
+from dtpo.core.errors import DtpoError
 
 log = logging.getLogger(__name__)
 
-HELP = ("Run SCRIPT on many processes and machines through torch.distributed.run. Takes every torchrun flag "
-        "(--nnodes, --nproc-per-node, --node-rank, --rdzv-*, --max-restarts, --standalone, --master-addr, "
-        "--master-port) and dtpo's --run-dir, --overwrite, --backend, --rdzv-timeout. `dtpo launch --help` lists "
-        "them all.")
+HELP = ("Run SCRIPT on many processes and machines through torch.distributed.run, measured per step with no code "
+        "change (--no-agent: not measured). Takes every torchrun flag (--nnodes, --nproc-per-node, --node-rank, "
+        "--rdzv-*, --max-restarts, --standalone, --master-addr, --master-port) and dtpo's --run-dir, --overwrite, "
+        "--backend, --rdzv-timeout, --tune, --cost, --knob-mode. `dtpo launch --help` lists them all.")
 
 
 def launch_command(ctx: typer.Context) -> None:
     """Run SCRIPT [ARGS...] on many processes and machines through torch.distributed.run."""
+    from dtpo.agent import BOOT_DIR
+    from dtpo.agent.activation import samples_per_step
     from dtpo.distributed.launch import launch, parse_launch_args  # torch: imported only when launching
 
     args = parse_launch_args(list(ctx.args))
-    outcome = launch(args)
+    agent = not args.no_agent
+    if agent:
+        samples_per_step()  # a bad DTPO_SAMPLES_PER_STEP stops here, in one line
+    scratch = Path(tempfile.mkdtemp(prefix="dtpo-launch-config-"))
+    try:
+        config = agent_config(args, scratch) if agent else None
+        outcome = launch(args, config=config, agent_path=BOOT_DIR if agent else None)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None
-    end_run(outcome, record, args.training_script)
+    if record is not None and outcome.run_dir is not None:
+        register(record, outcome.run_dir)
+    end_run(outcome, record, args.training_script, agent=agent)
 
+
+def agent_config(args: argparse.Namespace, folder: Path) -> Path | None:
+    """The agent's configuration file for ``--tune``/``--cost``/``--knob-mode`` (``None`` without them: the
+    agent's defaults), checked as ``dtpo train`` checks its own (a bad cost, no GPU to tune: one line).
+
+    Raises:
+        ConfigError: What ``dtpo train`` would refuse.
+    """
+    if args.tune is None:
+        return None
+    from dtpo.cli.train import check_tuning
+
+    tune = {"knob": args.tune} | ({"cost": args.cost} if args.cost is not None else {})
+    knobs = {"mode": args.knob_mode} if args.knob_mode is not None else {}
+    config = RunConfig().replace(tune=tune, knobs=knobs)
+    check_tuning(config)
+    return config.save(folder / CONFIG_FILE)
+
+
+def register(record: object, run_dir: Path) -> None:
+    """Add the run to the run store (a failure is a warning: the record stays in its run directory)."""
+    from dtpo.telemetry.store.database import RunStore
+
+    try:
+        RunStore.open(None).register_record(record, run_dir)  # type: ignore[arg-type]
+    except (DtpoError, sqlite3.Error, OSError) as exc:
+        warn_unregistered(Path("the run store"), f"run {run_dir.name}", run_dir, exc)

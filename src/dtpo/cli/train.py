@@ -143,7 +143,7 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
         return launch_ray_training(config, run_dir)
     path = config.replace(launch={"run_dir": str(run_dir)}).save(run_dir / CONFIG_FILE)
     argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir),
-            "-m", "dtpo.workloads.train"]
+            "--no-agent", "-m", "dtpo.workloads.train"]  # the workload reports through dtpo.Session
     if config.launch.backend:
         argv[-2:-2] = ["--backend", config.launch.backend]
     if config.launch.max_restarts:

@@ -29,6 +29,7 @@ RUN_DIR_ENV = "DTPO_RUN_DIR"
 RUN_ROOT_ENV = "DTPO_RUN_ROOT"
 RUN_POINTER_ENV = "DTPO_RUN_POINTER"
 BACKEND_ENV = "DTPO_BACKEND"
+AGENT_ENV = "DTPO_AGENT"
 _TRUE, _FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
 
 
@@ -45,6 +46,8 @@ class LaunchContract:
         run_root: Where rank 0 makes the run directory when none is named (several nodes without ``--run-dir``).
         run_pointer: The file local rank 0 writes the agreed run directory into, for its node's launcher.
         backend: The collective backend the workers use (one of ``BACKENDS``) instead of the device's default.
+        agent: The in-process agent (:mod:`dtpo.agent`) measures the workers' own training loop: ``dtpo launch``
+            puts its ``sitecustomize`` first on their ``PYTHONPATH``, and this flag is what wakes it.
     """
 
     config: Path | None = None
@@ -54,6 +57,7 @@ class LaunchContract:
     run_root: Path | None = None
     run_pointer: Path | None = None
     backend: str | None = None
+    agent: bool = False
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
@@ -80,7 +84,7 @@ class LaunchContract:
         values: dict[str, Any] = {}
         for field, name in _NAMES.items():
             text = env.get(name, "")
-            if field == "launched":
+            if field in ("launched", "agent"):
                 values[field] = _flag(name, text)
             elif text:
                 values[field] = text
@@ -88,7 +92,8 @@ class LaunchContract:
 
 
 _NAMES = {"config": CONFIG_ENV, "launched": LAUNCHED_ENV, "launcher": LAUNCHER_ENV, "run_dir": RUN_DIR_ENV,
-          "run_root": RUN_ROOT_ENV, "run_pointer": RUN_POINTER_ENV, "backend": BACKEND_ENV}
+          "run_root": RUN_ROOT_ENV, "run_pointer": RUN_POINTER_ENV, "backend": BACKEND_ENV,
+          "agent": AGENT_ENV}
 ENVIRON_NAMES: tuple[str, ...] = tuple(_NAMES.values())
 """The variables of the contract, in field order."""
 

@@ -129,6 +129,14 @@ class DistView(Protocol):
     def distributed(self) -> bool:
         """Whether a process group with other ranks is in use (the tuners' all-reduces need it)."""
 
+    @property
+    def group(self) -> Any:
+        """The process group dtpo's own collectives go over (``None``: the default group)."""
+
+    @property
+    def collective_device(self) -> torch.device:
+        """Where the tensors of those collectives live."""
+
 
 class LifecycleView(Protocol):
     """This rank's record as it grows, and its partial flushes (:class:`~dtpo.session.lifecycle.RunLifecycle`)."""

@@ -34,7 +34,7 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.elastic.rendezvous.api import RendezvousError, rendezvous_handler_registry
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
-from dtpo.core.config import BACKENDS
+from dtpo.core.config import BACKENDS, JOB_KNOBS, KNOB_MODES, TUNE_KNOBS
 from dtpo.core.errors import LaunchError, first_line, signal_name
 from dtpo.core.files import is_writable_dir
 from dtpo.core.launch_contract import LaunchContract
@@ -88,6 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--rdzv-timeout", type=float, default=DEFAULT_RDZV_TIMEOUT_S,
                        help="Seconds to wait for all nodes to join before giving up "
                        f"(default: {DEFAULT_RDZV_TIMEOUT_S:g}).")
+    group.add_argument("--no-agent", action="store_true",
+                       help="Do not measure the script's steps with dtpo's in-process agent (on by default: it "
+                       "counts optimizer steps, batches and DDP communication of an unmodified PyTorch script).")
+    group.add_argument("--tune", default=None, metavar="KNOB",
+                       help="Tune while the script trains, through the agent: power-limit, sm-clock, both (toward "
+                       "--cost) or stragglers (DDP ranks that only wait lock their SM clock lower).")
+    group.add_argument("--cost", default=None, metavar="METRIC",
+                       help="The cost the tuner minimises (default: zeus:0.5; see `dtpo train --help`).")
+    group.add_argument("--knob-mode", choices=KNOB_MODES, default=None,
+                       help="apply (change the GPUs), dry-run (log the changes) or observe (read only).")
     return parser
 
 
@@ -131,13 +141,15 @@ class LaunchOutcome:
         return self.signal is not None
 
 
-def launch(args: argparse.Namespace, config: Path | None = None) -> LaunchOutcome:
+def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Path | None = None) -> LaunchOutcome:
     """Start the workers of this node and wait for them.
 
     Args:
         args: Parsed by :func:`parse_launch_args`.
-        config: The run's configuration file the workers read (``dtpo train``); ``None`` passes on the one the
-            environment names, if any.
+        config: The run's configuration file the workers read (``dtpo train``, the agent); ``None`` passes on the
+            one the environment names, if any.
+        agent_path: The folder of the agent's ``sitecustomize``, put first on the workers' ``PYTHONPATH`` and
+            woken by the contract's ``agent`` flag; ``None`` (or ``--no-agent``): no agent.
 
     Returns:
         The outcome, also for failed and interrupted runs. Rendezvous failures and a bad ``--run-dir``
@@ -162,9 +174,13 @@ def launch(args: argparse.Namespace, config: Path | None = None) -> LaunchOutcom
         run_dir = prepare_run_dir(named, overwrite=args.overwrite, default_root=DEFAULT_RUN_ROOT)
         where = {"run_dir": run_dir}
         log_path = run_dir / LAUNCHER_LOG
+    agent = agent_path is not None and not args.no_agent
     contract = LaunchContract(config=config or inherited.config, launched=True,
-                              backend=args.backend or inherited.backend, **where)
+                              backend=args.backend or inherited.backend, agent=agent, **where)
     env = contract.to_environ()
+    if agent:
+        assert agent_path is not None
+        env["PYTHONPATH"] = os.pathsep.join([str(agent_path), *filter(None, [os.environ.get("PYTHONPATH")])])
     if _restarts_possible(args) and SHARED_STORE_ENV not in os.environ:
         env[SHARED_STORE_ENV] = "1"
     _apply_rdzv_timeout(args)
@@ -251,8 +267,27 @@ def _validate(args: argparse.Namespace) -> None:
     if args.run_dir is not None and not str(args.run_dir).strip():
         raise LaunchError("--run-dir must name a directory, got an empty string")
     _validate_entrypoint(args)
+    _validate_tuning(args)
     if not args.standalone:
         _validate_endpoint(args, max_nodes)
+
+
+def _validate_tuning(args: argparse.Namespace) -> None:
+    """``--tune`` names what the agent can tune, and needs the agent."""
+    knob = args.tune
+    if knob is None:
+        if args.cost is not None or args.knob_mode is not None:
+            raise LaunchError("--cost and --knob-mode go with --tune")
+        return
+    if args.no_agent:
+        raise LaunchError("--tune needs the agent: drop --no-agent (or use dtpo.Session in the script)")
+    parts = {part.strip() for part in knob.split(",")}
+    if parts & set(JOB_KNOBS):
+        raise LaunchError(f"--tune {knob}: the job knobs ({', '.join(JOB_KNOBS)}) change the script's numerics, "
+                          "so only a script written with dtpo.Session can tune them; an unmodified script tunes "
+                          f"{', '.join(TUNE_KNOBS)} or stragglers")
+    if knob not in (*TUNE_KNOBS, "stragglers"):
+        raise LaunchError(f"--tune must be one of {', '.join((*TUNE_KNOBS, 'stragglers'))}, got {knob!r}")
 
 
 def _validate_rdzv_conf(text: str) -> None:

@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -44,6 +45,9 @@ class DistContext:
         device: The device this rank computes on.
         backend: Collective backend (``None`` when running as a single plain process).
         owns_group: True when dtpo created the process group and so must destroy it.
+        group: The process group dtpo's own collectives (the tuners' agreements, the run directory) go over:
+            ``None`` for the default group, or a separate one so that dtpo never adds a collective to a group
+            the user's script drives (the in-process agent of ``dtpo launch``, :mod:`dtpo.agent`).
     """
 
     rank: int
@@ -54,11 +58,18 @@ class DistContext:
     device: torch.device
     backend: str | None
     owns_group: bool
+    group: Any = None
 
     @property
     def distributed(self) -> bool:
         """Whether more than one process takes part."""
         return self.world_size > 1
+
+    @property
+    def collective_device(self) -> torch.device:
+        """Where the tensors of dtpo's own collectives live: this rank's device on the default group, the CPU
+        on a separate (gloo) group."""
+        return self.device if self.group is None else torch.device("cpu")
 
 
 def join(device: torch.device | str | None = None, backend: str | None = None,

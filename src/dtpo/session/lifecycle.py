@@ -78,7 +78,7 @@ def agree_on_run_dir(ctx: DistContext, run_dir: str | os.PathLike[str] | None) -
     if chosen is None:
         name = [new_run_id()]
         if ctx.distributed:
-            dist.broadcast_object_list(name, src=0)
+            dist.broadcast_object_list(name, src=0, group=ctx.group)
         chosen = (contract.run_root or Path("runs")) / name[0]
     path = Path(chosen).resolve()
     try:
@@ -173,10 +173,10 @@ class RunLifecycle:
         ranks = [self.rank]
         if self.ctx.distributed:
             gathered: list[Any] | None = [None] * self.ctx.world_size if self.ctx.rank == 0 else None
-            dist.gather_object(self.rank, gathered, dst=0)
+            dist.gather_object(self.rank, gathered, dst=0, group=self.ctx.group)
             # A sender's gather can return before rank 0 has read everything; tearing the group down then
             # can break the connection under rank 0. Leave together.
-            dist.barrier()
+            dist.barrier(group=self.ctx.group)
             ranks = sorted(gathered or [], key=lambda r: r.rank)
         if self.ctx.rank != 0:
             return None
@@ -186,6 +186,19 @@ class RunLifecycle:
         finalize(self.record)
         self.save()
         return self.record
+
+    def finish_alone(self, error: BaseException | None) -> None:
+        """End the run on this rank without a collective: write this rank's partial record with how it ended
+        (``completed``, or the error's status). Whoever launched the ranks assembles ``record.json`` from the
+        partial records (:func:`dtpo.core.totals.record_from_partials`): the in-process agent ends this way, at
+        the exit of a script whose process group may already be gone."""
+        if self.finished:
+            return
+        self.finished = True
+        self._stopping = True
+        if error is not None:
+            self.rank.error = describe(error)
+        self.flush(status=status_for(error))
 
     def save(self) -> Path:
         """Write ``record.json``; where the run directory cannot take it, into a temporary directory."""

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_map
 from torch.utils.flop_counter import FlopCounterMode
 
 from dtpo.core.callbacks import Callback
@@ -58,6 +58,7 @@ from dtpo.distributed.wrap import wrap_model
 from dtpo.session.checkpoint.checkpoints import Checkpoints
 from dtpo.session.environment import describe_device
 from dtpo.session.lifecycle import agree_on_run_dir
+from dtpo.session.loop.batch_size import count_samples
 from dtpo.session.loop.clock import clock_for
 from dtpo.session.loop.divergence import check_loss
 from dtpo.session.loop.mfu import peak_flops
@@ -363,7 +364,7 @@ class Session(StreamProducer):
                 batch = _to_device(batch, self.device)
             if self._probes.keep_next:
                 self._probes.keep(batch)
-            timer.batch_arrived(_count_samples(batch))
+            timer.batch_arrived(count_samples(batch))
             self._enter_micro_step()
             yield batch
             if timer.batch_ready is not None:
@@ -513,14 +514,3 @@ class Session(StreamProducer):
 
 def _to_device(batch: Any, device: torch.device) -> Any:
     return tree_map(lambda t: t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t, batch)
-
-
-def _count_samples(batch: Any) -> int:
-    """The leading dimension of the first tensor in a batch."""
-    first = batch[0] if isinstance(batch, tuple | list) and batch else batch
-    if isinstance(first, torch.Tensor) and first.dim() > 0:  # the common (inputs, targets) case, without pytree
-        return int(first.shape[0])
-    for leaf in tree_leaves(batch):
-        if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
-            return int(leaf.shape[0])
-    return 1

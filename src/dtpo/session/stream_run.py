@@ -47,6 +47,10 @@ def new_record(ctx: DistContext, run_dir: Path, run_config: RunConfig, user: dic
 class StreamRun:
     """The record, lifecycle, callbacks and step stream of one rank's run.
 
+    ``StreamRun.opened`` counts the runs opened in this process: the in-process agent of ``dtpo launch`` stands
+    aside when the script drives a producer of its own (a :class:`~dtpo.session.session.Session`), so no step is
+    counted twice.
+
     Args:
         host: The producer (what callbacks read).
         ctx: Where this rank sits.
@@ -61,10 +65,13 @@ class StreamRun:
         clock: The producer's clock (seconds), for the power tuner's blocks.
     """
 
+    opened = 0
+
     def __init__(self, host: RunView, ctx: DistContext, run_dir: Path, run_config: RunConfig, record: RunRecord,
                  rank: RankRecord, callbacks: Sequence[Callback], progress: bool, summary: bool = True,
                  settings: Callable[[], dict[str, Any]] | None = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
+        StreamRun.opened += 1
         self.ctx = ctx
         self.run_dir = run_dir
         self.summary = summary and not LaunchContract.from_environ().launched  # dtpo launch prints it instead
@@ -75,15 +82,24 @@ class StreamRun:
         everything: list[Callback] = builtins + list(callbacks) + closing_callbacks(run_config)
         self.stream = StepStream(host, everything, run_config.session.window_steps, settings)
 
-    def finish(self, error: BaseException | None) -> RunRecord | None:
+    def finish(self, error: BaseException | None, alone: bool = False) -> RunRecord | None:
         """End the run on this rank once its last window is closed: the callbacks add to this rank's record, the
         ranks are gathered (rank 0 writes ``record.json``), the process group is left after a normal end, the
         callbacks see the record, and rank 0 prints the summary when asked (and not under ``dtpo launch``).
 
+        Args:
+            error: What ended the run, ``None`` for a normal end.
+            alone: End without any collective: each rank writes its partial record and the launcher assembles
+                the run's record (:meth:`RunLifecycle.finish_alone`).
+
         Returns:
-            The run record on rank 0, ``None`` on other ranks.
+            The run record on rank 0, ``None`` on other ranks (and always with ``alone``).
         """
         self.stream.rank_end(self.lifecycle.rank)
+        if alone:
+            self.lifecycle.finish_alone(error)
+            self.stream.train_end(None)
+            return None
         record = self.lifecycle.finish(error)
         if error is None:
             leave(self.ctx)

@@ -114,10 +114,10 @@ class TuneCallback(Callback):
         mine = [1.0, limits.min_power_limit_w, limits.max_power_limit_w] if limits is not None else [0.0, 0.0, 0.0]
         if not session.ctx.distributed:
             return bool(mine[0])
-        low = torch.tensor(mine, dtype=torch.float64, device=session.device)
+        low = torch.tensor(mine, dtype=torch.float64, device=session.ctx.collective_device)
         high = low.clone()
-        dist.all_reduce(low, op=dist.ReduceOp.MIN)
-        dist.all_reduce(high, op=dist.ReduceOp.MAX)
+        dist.all_reduce(low, op=dist.ReduceOp.MIN, group=session.ctx.group)
+        dist.all_reduce(high, op=dist.ReduceOp.MAX, group=session.ctx.group)
         return bool(low[0].item() == 1.0 and torch.equal(low, high))
 
     def _apply(self, setting: GpuSetting, previous: GpuSetting | None) -> None:
@@ -181,10 +181,11 @@ class TuneCallback(Callback):
         steps, samples = self._steps, self._samples
         self._block_start, self._steps, self._samples = None, 0, 0
         if session.ctx.distributed:
-            sums = torch.tensor([float(samples), energy], dtype=torch.float64, device=session.device)
-            longest = torch.tensor([elapsed], dtype=torch.float64, device=session.device)
-            dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-            dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+            device, group = session.ctx.collective_device, session.ctx.group
+            sums = torch.tensor([float(samples), energy], dtype=torch.float64, device=device)
+            longest = torch.tensor([elapsed], dtype=torch.float64, device=device)
+            dist.all_reduce(sums, op=dist.ReduceOp.SUM, group=group)
+            dist.all_reduce(longest, op=dist.ReduceOp.MAX, group=group)
             samples, energy, elapsed = int(sums[0].item()), float(sums[1].item()), float(longest[0].item())
         return Block(steps, samples, elapsed, energy)
 
@@ -209,7 +210,7 @@ class TuneCallback(Callback):
             measured = self._store.load(self._fingerprint)
         if session.ctx.distributed:
             shared = [measured]
-            dist.broadcast_object_list(shared, src=0)
+            dist.broadcast_object_list(shared, src=0, group=session.ctx.group)
             measured = shared[0]
         if measured:
             assert self.tuner is not None

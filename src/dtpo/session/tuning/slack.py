@@ -117,9 +117,9 @@ class SlackCallback(Callback):
             rows.append([ready_s(step, steps[i - 1] if i > 0 else None),
                          math.nan if step.tail_s is None else step.tail_s, step.step_s, clock, float(locked),
                          energy])
-        mine = torch.tensor(rows, dtype=torch.float64, device=session.device)
+        mine = torch.tensor(rows, dtype=torch.float64, device=session.ctx.collective_device)
         everyone = [torch.empty_like(mine) for _ in range(session.world_size)]
-        dist.all_gather(everyone, mine)
+        dist.all_gather(everyone, mine, group=session.ctx.group)
         self.gathers += 1
         table = torch.stack(everyone).cpu()  # (ranks, steps, [ready, tail, step, clock, locked, energy])
         self.history.append(_summarise(window, table))

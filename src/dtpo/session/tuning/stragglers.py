@@ -162,6 +162,6 @@ class StragglerCallback(SlackCallback):
 
 def _everyone(session: RunView, mine: bool) -> bool:
     """Whether ``mine`` holds on every rank (one all-reduce)."""
-    flag = torch.tensor([1.0 if mine else 0.0], dtype=torch.float64, device=session.device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    flag = torch.tensor([1.0 if mine else 0.0], dtype=torch.float64, device=session.ctx.collective_device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=session.ctx.group)
     return bool(flag.item() == 1.0)

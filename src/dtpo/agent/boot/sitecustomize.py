@@ -1,0 +1,41 @@
+"""The in-process agent's entry point: ``dtpo launch`` puts this folder first on its workers' ``PYTHONPATH``.
+
+Python imports ``sitecustomize`` at start-up; this one wakes the agent (:mod:`dtpo.agent.activation`), which is
+inert unless ``dtpo launch`` asked for it, then runs the ``sitecustomize`` that this one hides, if any, as Python
+would have (an error in it is reported in one line as the user's own, and the script goes on, as Python does).
+"""
+
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _wake_agent() -> None:
+    try:
+        from dtpo.agent.activation import start
+    except Exception as exc:  # noqa: BLE001 - a broken dtpo must not stop the script
+        print(f"dtpo agent: not started ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return
+    start()
+
+
+def _chain() -> None:
+    """Run the next ``sitecustomize`` on the path, the one this file hides."""
+    path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sitecustomize"] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - Python itself goes on after a failing sitecustomize
+        print(f"your sitecustomize {spec.origin} raised {type(exc).__name__}: {exc} (not dtpo's error; the script "
+              "runs without the rest of it, as Python does)", file=sys.stderr)
+
+
+_wake_agent()
+_chain()

@@ -1,0 +1,81 @@
+"""The agent's producer of the step stream: :class:`AgentRun`, one rank's run of an unmodified script.
+
+It gets what a :class:`~dtpo.session.session.Session` run gets from the same stream (record, energy windows,
+the GPU knobs and their tuner, straggler slack where DDP is used, live metrics), from the steps the
+:class:`~dtpo.agent.tracker.StepTracker` cuts. It starts at the end of the script's first training iteration,
+and ends without a collective when the script's process exits (or is stopped by SIGTERM): each rank writes
+its partial record, and ``dtpo launch`` assembles ``record.json`` from them (the script may have destroyed its
+process group before it exits).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from dtpo.core.config import RunConfig
+from dtpo.core.record import RankRecord, StepRecord
+from dtpo.core.steps import SettingView
+from dtpo.distributed.process_group import DistContext
+from dtpo.session.environment import describe_device
+from dtpo.session.lifecycle import agree_on_run_dir
+from dtpo.session.stream_run import StreamProducer, StreamRun, new_record
+
+log = logging.getLogger(__name__)
+
+
+class AgentRun(StreamProducer):
+    """One rank's run of a script the agent measures.
+
+    Args:
+        ctx: Where this rank sits (:func:`~dtpo.agent.channel.agent_context`).
+        run_config: The run's configuration (``dtpo launch``'s flags, or the defaults).
+        script: The script's name, for the record.
+    """
+
+    def __init__(self, ctx: DistContext, run_config: RunConfig, script: str) -> None:
+        super().__init__(ctx)
+        self.run_config = run_config
+        self.config = run_config.session
+        self.target_steps: int | None = None
+        self.start_step = 0
+        self.run_dir: Path = agree_on_run_dir(ctx, None)
+        record = new_record(ctx, self.run_dir, run_config, {"script": script, "measured_by": "dtpo launch agent"})
+        rank = RankRecord(ctx.rank, ctx.local_rank, ctx.node, describe_device(ctx.device))
+        self._run = StreamRun(self, ctx, self.run_dir, run_config, record, rank, (), progress=False, summary=False)
+        self._steps = 0
+        self._run.stream.train_start()
+        self._run.stream.step_begin(0)
+
+    @property
+    def switches(self) -> Mapping[str, SettingView]:
+        """No setting of an unmodified script switches between steps."""
+        return {}
+
+    @property
+    def step_count(self) -> int:
+        """Steps recorded so far."""
+        return self._steps
+
+    def step_opened(self, step: int) -> None:
+        """The script's next iteration began."""
+        self._run.stream.step_begin(step)
+
+    def step_closed(self, record: StepRecord) -> None:
+        """It ended."""
+        self.lifecycle.rank.steps.append(record)
+        self._steps += 1
+        self._run.stream.step_end(record)
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """End this rank's run: close the open window, let the callbacks finish (GPU settings go back), write the
+        partial record with how the script ended. Never a collective."""
+        if self.lifecycle.finished:
+            return
+        self._run.stream.close_window()
+        self._run.finish(error, alone=True)
+
+    def abandon(self) -> None:
+        """Stand aside without writing anything more (the script drives a producer of its own)."""
+        self.lifecycle.finished = True
