@@ -122,8 +122,7 @@ class Agent:
 
         config = RunConfig.load(self.contract.config) if self.contract.config else RunConfig()
         strategy = "ddp" if tracker.ddp is not None else "fsdp" if _fsdp_in_use() else config.session.strategy
-        config = config.replace(session={"count_flops": False, "strategy": strategy},
-                                workload={"name": f"script:{_script_name()}"})
+        config = config.replace(session={"strategy": strategy})
         if config.tune.knob == "stragglers" and tracker.ddp is None:
             log.warning("dtpo agent: --tune stragglers needs DDP's gradient-ready times and this script builds no "
                         "DistributedDataParallel model: not tuned")
@@ -163,7 +162,8 @@ class Agent:
             os.kill(os.getpid(), signal.SIGTERM)
 
         signal.signal(signal.SIGTERM, on_term)
-        end_with_parent(signal.SIGTERM)
+        if self.contract.launched:  # a launcher killed outright: this worker hears SIGTERM, not silence
+            end_with_parent(signal.SIGTERM)
 
 
 def _script_name() -> str:

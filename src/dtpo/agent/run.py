@@ -11,7 +11,8 @@ process group before it exits).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dtpo.core.config import RunConfig
@@ -32,10 +33,13 @@ class AgentRun(StreamProducer):
         ctx: Where this rank sits (:func:`~dtpo.agent.channel.agent_context`).
         run_config: The run's configuration (``dtpo launch``'s flags, or the defaults).
         script: The script's name, for the record.
+        clock: Seconds for the power tuner's blocks (``time.perf_counter``; tests pass a simulated GPU's).
     """
 
-    def __init__(self, ctx: DistContext, run_config: RunConfig, script: str) -> None:
+    def __init__(self, ctx: DistContext, run_config: RunConfig, script: str,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
         super().__init__(ctx)
+        run_config = run_config.replace(session={"count_flops": False}, workload={"name": f"script:{script}"})
         self.run_config = run_config
         self.config = run_config.session
         self.target_steps: int | None = None
@@ -43,7 +47,8 @@ class AgentRun(StreamProducer):
         self.run_dir: Path = agree_on_run_dir(ctx, None)
         record = new_record(ctx, self.run_dir, run_config, {"script": script, "measured_by": "dtpo launch agent"})
         rank = RankRecord(ctx.rank, ctx.local_rank, ctx.node, describe_device(ctx.device))
-        self._run = StreamRun(self, ctx, self.run_dir, run_config, record, rank, (), progress=False, summary=False)
+        self._run = StreamRun(self, ctx, self.run_dir, run_config, record, rank, (), progress=False, summary=False,
+                              clock=clock)
         self._steps = 0
         self._run.stream.train_start()
         self._run.stream.step_begin(0)

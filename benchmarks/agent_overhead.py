@@ -1,0 +1,304 @@
+"""Overhead of ``dtpo launch``'s in-process agent on an unmodified DDP script (goal: step-time ratio
+agent/plain <= 1.01), and its step and sample counts against the script's own (they must match exactly).
+
+The same plain DDP script (this file run with ``--workload``: 2 gloo ranks, one thread each, an MLP trained from
+a torch ``DataLoader`` with a ``DistributedSampler`` over several epochs, a small evaluation after each; no dtpo
+import) is started three ways in every pair, in a random order drawn anew for every pair:
+
+* ``plain``: ``python -m torch.distributed.run --standalone --nproc-per-node 2 SCRIPT`` (the reference),
+* ``plain-aa``: the same again (the A/A control: its ratio to the reference is the harness's own noise),
+* ``agent``: ``dtpo launch --standalone --nproc-per-node 2 --run-dir DIR SCRIPT`` (the agent measures it).
+
+The script times its own steps the same way in every arm, whatever the agent does: from the request for a
+batch to the return of ``optimizer.step()`` (``zero_grad`` included), with ``time.perf_counter`` and
+``time.process_time`` (the whole process's CPU time: main, gloo and any agent thread), and writes them per rank
+with its own step and sample counts. A run's step time is the median over its steps after ``--warmup`` of each
+rank's step times (the mean of the two ranks'); its CPU time per step is the sum over both ranks of CPU seconds
+per measured step. The verdict (the primary metric) is the median over pairs of each pair's ratio
+``agent/plain`` of run step times, beside the same for the A/A control; a run's median is steady, while the
+launches differ from each other by more than the steps of one launch do, so the pairs are the unit. When the
+A/A control is itself outside +-1 %, the machine was too noisy for a verdict: exit 1 without one.
+
+In every ``agent`` run the record (``DIR/record.json``) must hold, per rank, as many steps as the script took
+and the same number of samples (all steps, warm-up ones included).
+
+    python benchmarks/agent_overhead.py [--pairs 6] [--steps 2000] [--warmup 100] [--width 1024] [--quick]
+    python benchmarks/agent_overhead.py --profile      # one agent run with cProfile in rank 0: the agent's hooks
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GOAL = 1.01
+NOISE = 0.01  # the A/A control must be within +-1 % for a verdict
+ARMS = ("plain", "plain-aa", "agent")
+LABELS = {"plain": "plain torchrun", "plain-aa": "plain torchrun again (A/A)", "agent": "dtpo launch (agent on)"}
+PROFILE_ENV = "AGENT_OVERHEAD_PROFILE"  # a file: rank 0 of the workload writes its cProfile stats there
+HERE = Path(__file__).resolve()
+
+
+# -- the workload: a plain DDP script, as a user writes it (no dtpo), that times its own steps ---------------------
+
+
+def workload(argv: list[str]) -> None:
+    """One rank of the plain DDP script (started by torchrun or ``dtpo launch``)."""
+    parser = argparse.ArgumentParser(prog="agent_overhead.py --workload")
+    parser.add_argument("--steps-per-epoch", type=int, required=True)
+    parser.add_argument("--epochs", type=int, required=True)
+    parser.add_argument("--warmup", type=int, required=True)
+    parser.add_argument("--width", type=int, required=True)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--out", required=True, help="folder for times.<rank>.json")
+    args = parser.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    size = args.steps_per_epoch * args.batch_size * world
+    data = TensorDataset(torch.randn(size, args.width), torch.randint(0, 10, (size,)))
+    val = TensorDataset(torch.randn(256, args.width), torch.randint(0, 10, (256,)))
+    sampler = DistributedSampler(data)
+    loader = DataLoader(data, batch_size=args.batch_size, sampler=sampler)
+    val_loader = DataLoader(val, batch_size=128)
+    w = args.width
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(w, w), torch.nn.ReLU(), torch.nn.Linear(w, w), torch.nn.ReLU(),
+                                    torch.nn.Linear(w, 10)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    profile = os.environ.get(PROFILE_ENV) if rank == 0 else None
+    profiler = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    step_s: list[float] = []
+    cpu_s: list[float] = []
+    steps = samples = 0
+    clock, cpu_clock = time.perf_counter, time.process_time
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        model.train()
+        batches = iter(loader)
+        while True:
+            t0, c0 = clock(), cpu_clock()
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                break
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            c1, t1 = cpu_clock(), clock()
+            step_s.append(t1 - t0)
+            cpu_s.append(c1 - c0)
+            steps += 1
+            samples += len(x)
+        with torch.no_grad():  # evaluation between epochs: another loader, no optimizer step
+            model.eval()
+            sum(int((model(x).argmax(1) == y).sum()) for x, y in val_loader)
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(profile)
+    Path(args.out, f"times.{rank}.json").write_text(json.dumps(
+        {"rank": rank, "steps": steps, "samples": samples, "warmup": args.warmup, "step_s": step_s, "cpu_s": cpu_s}))
+    dist.destroy_process_group()
+
+
+# -- the harness ------------------------------------------------------------------------------------------------
+
+
+def command(arm: str, run_dir: Path, wargs: list[str]) -> list[str]:
+    """The launcher command of one arm (the workload's flags after the script)."""
+    script = [str(HERE), "--workload", *wargs]
+    if arm == "agent":
+        return [sys.executable, "-m", "dtpo", "launch", "--standalone", "--nproc-per-node", "2", "--run-dir",
+                str(run_dir), *script]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *script]
+
+
+def launch_once(arm: str, folder: Path, args: argparse.Namespace, env: dict[str, str]) -> dict:
+    """Run the workload once under ``arm``; returns its times per rank, its launch-to-exit seconds and, for the
+    agent, its record."""
+    out, run_dir = folder / "times", folder / "run"
+    out.mkdir(parents=True)
+    wargs = ["--steps-per-epoch", str(args.steps_per_epoch), "--epochs", str(args.epochs), "--warmup",
+             str(args.warmup), "--width", str(args.width), "--batch-size", str(args.batch_size), "--out", str(out)]
+    t0 = time.perf_counter()
+    done = subprocess.run(command(arm, run_dir, wargs), cwd=folder, env=env, capture_output=True, text=True,
+                          check=False)
+    elapsed = time.perf_counter() - t0
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+        raise SystemExit(f"{arm} run failed with exit code {done.returncode}: {' '.join(command(arm, run_dir, wargs))}")
+    ranks = [json.loads(Path(out, f"times.{rank}.json").read_text()) for rank in range(2)]
+    record = json.loads(Path(run_dir, "record.json").read_text()) if arm == "agent" else None
+    return {"arm": arm, "ranks": ranks, "launch_s": elapsed, "record": record}
+
+
+def step_time(run: dict) -> float:
+    """The run's step time: the mean over ranks of each rank's median measured step time."""
+    return statistics.fmean(statistics.median(rk["step_s"][rk["warmup"]:]) for rk in run["ranks"])
+
+
+def cpu_per_step(run: dict) -> float:
+    """CPU seconds per measured step, both ranks' processes summed."""
+    return sum(statistics.fmean(rk["cpu_s"][rk["warmup"]:]) for rk in run["ranks"])
+
+
+def count_rows(run: dict) -> list[tuple[int, int, int, int, int, float, float]]:
+    """Per rank: rank, the script's steps and samples, the agent's steps and samples (all steps, warm-up ones
+    included), the script's and the agent's median measured step time."""
+    by_rank = {rk["rank"]: rk for rk in run["record"]["ranks"]}
+    rows = []
+    for own in run["ranks"]:
+        steps = by_rank.get(own["rank"], {"steps": []})["steps"]
+        agent_median = statistics.median([s["step_s"] for s in steps[own["warmup"]:]] or [math.nan])
+        rows.append((own["rank"], own["steps"], own["samples"], len(steps), sum(s["samples"] for s in steps),
+                     statistics.median(own["step_s"][own["warmup"]:]), agent_median))
+    return rows
+
+
+def profile_agent(args: argparse.Namespace, env: dict[str, str], console: object) -> int:
+    """One agent run with cProfile in rank 0: where the agent's time goes, per call of its hooks."""
+    import pstats
+
+    with tempfile.TemporaryDirectory(prefix="agent-overhead-") as tmp:
+        stats_file = Path(tmp, "rank0.prof")
+        run = launch_once("agent", Path(tmp, "profile"), args, env | {PROFILE_ENV: str(stats_file)})
+        stats = pstats.Stats(str(stats_file))
+    steps = run["ranks"][0]["steps"]
+    own = statistics.fmean(run["ranks"][0]["step_s"][args.warmup:])
+    print(f"cProfile of rank 0, {steps} steps (mean step {own * 1e3:.3f} ms under the profiler); the agent's "
+          "functions by cumulative time:")
+    rows = []
+    for (path, line, name), (_cc, calls, tottime, cumtime, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if "/dtpo/" in path:
+            rows.append((cumtime, tottime, calls, f"{path.split('/dtpo/')[-1]}:{line}({name})"))
+    rows.sort(reverse=True)
+    print(f"{'cum us/step':>12} {'own us/step':>12} {'calls/step':>10}  function")
+    for cumtime, tottime, calls, where in rows[:args.profile_top]:
+        print(f"{cumtime / steps * 1e6:12.1f} {tottime / steps * 1e6:12.1f} {calls / steps:10.2f}  {where}")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--workload"]:
+        workload(argv[1:])
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=6, help="pairs (each: plain, plain again, agent; random order)")
+    parser.add_argument("--steps", type=int, default=2000, help="steps per rank and run, warm-up included")
+    parser.add_argument("--epochs", type=int, default=4, help="epochs the steps are spread over")
+    parser.add_argument("--warmup", type=int, default=100, help="steps left out of the timings at the start")
+    parser.add_argument("--width", type=int, default=1024, help="the MLP's width (3 layers)")
+    parser.add_argument("--batch-size", type=int, default=64, help="samples per step and rank")
+    parser.add_argument("--seed", type=int, default=1234, help="seed of the order within pairs")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 2 pairs of 200 steps")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead: one agent run with cProfile in rank 0, the agent's functions per step")
+    parser.add_argument("--profile-top", type=int, default=30, help="functions --profile lists")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.pairs, args.steps, args.warmup = 2, 200, 20
+    args.steps_per_epoch = max(1, args.steps // args.epochs)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.setdefault("DTPO_CACHE_DIR", str(Path(tempfile.gettempdir()) / "dtpo-agent-overhead-cache"))
+    if args.profile:
+        return profile_agent(args, env, None)
+
+    from rich.console import Console
+    from rich.table import Table
+
+    sys.path.insert(0, str(HERE.parent))
+    from overhead import describe  # the sibling benchmark's statistics (imports torch and dtpo: driver only)
+
+    console = Console(width=max(Console().width, 120))
+    order = random.Random(args.seed)
+    runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    with tempfile.TemporaryDirectory(prefix="agent-overhead-") as tmp:
+        for pair in range(args.pairs):
+            for arm in order.sample(ARMS, len(ARMS)):
+                run = launch_once(arm, Path(tmp, f"pair{pair}-{arm}"), args, env)
+                runs[arm].append(run)
+                console.print(f"pair {pair + 1}/{args.pairs} {arm:>8}: step {step_time(run) * 1e3:.3f} ms, CPU "
+                              f"{cpu_per_step(run) * 1e3:.3f} ms per step (2 ranks), {run['launch_s']:.1f} s "
+                              "launch to exit", highlight=False)
+    pairs = range(args.pairs)
+
+    def wall_ratios(arm: str) -> list[float]:
+        return [step_time(runs[arm][p]) / step_time(runs["plain"][p]) for p in pairs]
+
+    def cpu_ratios(arm: str) -> list[float]:
+        return [cpu_per_step(runs[arm][p]) / cpu_per_step(runs["plain"][p]) for p in pairs]
+
+    measured = args.steps_per_epoch * args.epochs - args.warmup
+    table = Table(title=f"dtpo launch's agent on an unmodified DDP script (2 gloo ranks x 1 thread, MLP width "
+                        f"{args.width}, batch {args.batch_size}; {args.pairs} pairs of launches, "
+                        f"{measured} measured steps each after {args.warmup} of warm-up)")
+    for col in ("arm", "median step (runs' medians)", "CPU per step (2 ranks)",
+                "step ratio to plain [PRIMARY]", "CPU ratio to plain", "launch to exit"):
+        table.add_column(col, justify="right")
+    for arm in ARMS:
+        table.add_row(LABELS[arm], f"{statistics.median(step_time(r) for r in runs[arm]) * 1e3:.3f} ms",
+                      f"{statistics.median(cpu_per_step(r) for r in runs[arm]) * 1e3:.3f} ms",
+                      "1" if arm == "plain" else f"{statistics.median(wall_ratios(arm)):.4f}",
+                      "1" if arm == "plain" else f"{statistics.median(cpu_ratios(arm)):.4f}",
+                      f"{statistics.median(r['launch_s'] for r in runs[arm]):.1f} s")
+    console.print(table)
+    console.print("primary metric: median over pairs of the pair's ratio of run step times (a run's step time: the "
+                  "mean over ranks of the median measured step, timed by the script itself)", highlight=False)
+    console.print(f"A/A control, step time:  {describe(wall_ratios('plain-aa'))}", highlight=False)
+    console.print(f"A/A control, CPU time:   {describe(cpu_ratios('plain-aa'))}", highlight=False)
+    console.print(f"agent/plain CPU time:    {describe(cpu_ratios('agent'))}", highlight=False)
+    console.print(f"agent/plain step time:   {describe(wall_ratios('agent'))}  (the verdict)", highlight=False)
+
+    counts = Table(title="steps and samples: the script's own counts against the agent's record (all steps)")
+    for col in ("pair", "rank", "script steps", "agent steps", "script samples", "agent samples",
+                "median step: script", "median step: agent", "match"):
+        counts.add_column(col, justify="right")
+    counts_ok = True
+    for p, run in enumerate(runs["agent"]):
+        for rank, steps, samples, agent_steps, agent_samples, own_s, agent_s in count_rows(run):
+            match = steps == agent_steps and samples == agent_samples
+            counts_ok &= match
+            counts.add_row(str(p + 1), str(rank), str(steps), str(agent_steps), str(samples), str(agent_samples),
+                           f"{own_s * 1e3:.3f} ms", f"{agent_s * 1e3:.3f} ms", "yes" if match else "NO")
+    console.print(counts)
+
+    ratio, aa = statistics.median(wall_ratios("agent")), statistics.median(wall_ratios("plain-aa"))
+    noisy = abs(aa - 1) > NOISE
+    met = ratio <= GOAL and not noisy
+    console.print(f"{'met' if counts_ok else 'MISSED'}     the agent's steps and samples equal the script's on every "
+                  f"rank of {len(runs['agent'])} runs", highlight=False)
+    if noisy:
+        console.print(f"NO VERDICT the A/A control's step ratio is {aa:.4f}, outside 1 +- {NOISE}: the machine was "
+                      f"too noisy to tell a 1 % overhead (agent/plain {ratio:.4f}); run again with more --pairs or "
+                      "on a quieter machine", highlight=False)
+    else:
+        console.print(f"{'met' if met else 'MISSED'}     step ratio agent/plain <= {GOAL} (median over pairs "
+                      f"{ratio:.4f}; A/A {aa:.4f})", highlight=False)
+    return 0 if met and counts_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
