@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.dtpo-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast integration lint bench bench-zeus bench-stragglers bench-telemetry clean
+.PHONY: run test test-fast integration lint bench bench-zeus bench-stragglers bench-telemetry bench-agent clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,18 +26,21 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Checks with the real parts: Debian's prometheus scraping a live run, the report in headless Chromium, concurrent
-# runs in one store. Installs the Debian packages (as root, or through sudo) and the integration extra where missing.
+# runs in one store, dtpo launch on unmodified Accelerate / transformers Trainer / Lightning scripts. Installs the
+# Debian packages (as root, or through sudo) and the integration and ecosystems extras where missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 INTEGRATION_STAMP := $(VENV)/.dtpo-integration
 
 $(INTEGRATION_STAMP): $(STAMP)
-	$(BIN)/python -c "import playwright" 2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,integration]'
+	$(BIN)/python -c "import playwright, accelerate, transformers, pytorch_lightning" 2>/dev/null || \
+		$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,integration,ecosystems]'
 	touch $(INTEGRATION_STAMP)
 
 integration: $(INTEGRATION_STAMP)
 	command -v prometheus >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus chromium; }
 	$(BIN)/python -m pytest -q -p no:cacheprovider integration
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m ecosystem tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks integration
@@ -59,6 +62,12 @@ bench-stragglers: $(STAMP)
 # Step time with the Prometheus exporter, run store and traces on against off (paired, A/A control); exit 1 above 1.01.
 bench-telemetry: $(STAMP)
 	$(BIN)/python benchmarks/telemetry_overhead.py
+
+# An unmodified DDP script under plain torchrun against `dtpo launch` with the agent (paired launches, A/A control):
+# exit 1 above a step-time ratio of 1.01, when the agent's step and sample counts differ from the script's, or
+# when the A/A control itself is outside +-1 % (too noisy for a verdict).
+bench-agent: $(STAMP)
+	$(BIN)/python benchmarks/agent_overhead.py
 
 clean:
 	rm -rf $(VENV) runs

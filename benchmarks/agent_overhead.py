@@ -22,7 +22,7 @@ A/A control is itself outside +-1 %, the machine was too noisy for a verdict: ex
 In every ``agent`` run the record (``DIR/record.json``) must hold, per rank, as many steps as the script took
 and the same number of samples (all steps, warm-up ones included).
 
-    python benchmarks/agent_overhead.py [--pairs 6] [--steps 2000] [--warmup 100] [--width 1024] [--quick]
+    python benchmarks/agent_overhead.py [--pairs 6] [--steps 2000] [--warmup 100] [--width 512] [--quick]
     python benchmarks/agent_overhead.py --profile      # one agent run with cProfile in rank 0: the agent's hooks
 """
 
@@ -33,6 +33,7 @@ import json
 import math
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,7 +44,7 @@ from pathlib import Path
 GOAL = 1.01
 NOISE = 0.01  # the A/A control must be within +-1 % for a verdict
 ARMS = ("plain", "plain-aa", "agent")
-LABELS = {"plain": "plain torchrun", "plain-aa": "plain torchrun again (A/A)", "agent": "dtpo launch (agent on)"}
+LABELS = {"plain": "torchrun", "plain-aa": "torchrun again (A/A)", "agent": "dtpo launch (agent)"}
 PROFILE_ENV = "AGENT_OVERHEAD_PROFILE"  # a file: rank 0 of the workload writes its cProfile stats there
 HERE = Path(__file__).resolve()
 
@@ -155,14 +156,27 @@ def launch_once(arm: str, folder: Path, args: argparse.Namespace, env: dict[str,
     return {"arm": arm, "ranks": ranks, "launch_s": elapsed, "record": record}
 
 
-def step_time(run: dict) -> float:
-    """The run's step time: the mean over ranks of each rank's median measured step time."""
-    return statistics.fmean(statistics.median(rk["step_s"][rk["warmup"]:]) for rk in run["ranks"])
+def _measured(rk: dict, key: str) -> list[float]:
+    return rk[key][rk["warmup"]:]
 
 
-def cpu_per_step(run: dict) -> float:
-    """CPU seconds per measured step, both ranks' processes summed."""
-    return sum(statistics.fmean(rk["cpu_s"][rk["warmup"]:]) for rk in run["ranks"])
+METRICS = {
+    # the run's mean step time over both ranks: what the run takes per step, periodic work (the agent's windows
+    # every 10 steps, its record flush every 50) included
+    "mean": lambda run: statistics.fmean(statistics.fmean(_measured(rk, "step_s")) for rk in run["ranks"]),
+    # the mean over ranks of each rank's median step time: the typical step, blind to work done every k steps
+    "median": lambda run: statistics.fmean(statistics.median(_measured(rk, "step_s")) for rk in run["ranks"]),
+    # CPU seconds per measured step, both ranks' processes summed
+    "cpu": lambda run: sum(statistics.fmean(_measured(rk, "cpu_s")) for rk in run["ranks"]),
+}
+PRIMARY_HELP = {
+    "mean": "the run's mean measured step time (both ranks' means averaged): the time the run takes per step, "
+            "periodic work included (the agent's windows every 10 steps, its record flush every 50)",
+    "median": "the run's median measured step time (both ranks' medians averaged): the typical step, blind to "
+              "work done only every k steps",
+    "cpu": "CPU seconds per measured step of both ranks' processes (all their threads)",
+}
+METRIC_NAMES = {"mean": "mean step", "median": "median step", "cpu": "CPU/step (2 ranks)"}
 
 
 def count_rows(run: dict) -> list[tuple[int, int, int, int, int, float, float]]:
@@ -178,7 +192,7 @@ def count_rows(run: dict) -> list[tuple[int, int, int, int, int, float, float]]:
     return rows
 
 
-def profile_agent(args: argparse.Namespace, env: dict[str, str], console: object) -> int:
+def profile_agent(args: argparse.Namespace, env: dict[str, str]) -> int:
     """One agent run with cProfile in rank 0: where the agent's time goes, per call of its hooks."""
     import pstats
 
@@ -210,8 +224,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--steps", type=int, default=2000, help="steps per rank and run, warm-up included")
     parser.add_argument("--epochs", type=int, default=4, help="epochs the steps are spread over")
     parser.add_argument("--warmup", type=int, default=100, help="steps left out of the timings at the start")
-    parser.add_argument("--width", type=int, default=1024, help="the MLP's width (3 layers)")
+    parser.add_argument("--width", type=int, default=512, help="the MLP's width (3 layers)")
     parser.add_argument("--batch-size", type=int, default=64, help="samples per step and rank")
+    parser.add_argument("--primary", choices=tuple(METRICS), default="mean",
+                        help="the metric of the verdict (default: the mean step time, periodic work included)")
+    parser.add_argument("--flush-every", type=int, default=None, metavar="N",
+                        help="to attribute a cost: the agent writes its partial record every N steps instead of its "
+                        "default 50 (a configuration file in DTPO_CONFIG, read by the agent arm only)")
     parser.add_argument("--seed", type=int, default=1234, help="seed of the order within pairs")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 pairs of 200 steps")
     parser.add_argument("--profile", action="store_true",
@@ -223,8 +242,23 @@ def main(argv: list[str]) -> int:
     args.steps_per_epoch = max(1, args.steps // args.epochs)
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     env.setdefault("DTPO_CACHE_DIR", str(Path(tempfile.gettempdir()) / "dtpo-agent-overhead-cache"))
-    if args.profile:
-        return profile_agent(args, env, None)
+    scratch = Path(tempfile.mkdtemp(prefix="agent-overhead-config-"))
+    agent_env = env
+    if args.flush_every is not None:
+        from dtpo.core.config import RunConfig
+
+        config = RunConfig().replace(session={"flush_every": args.flush_every}).save(scratch / "config.json")
+        agent_env = env | {"DTPO_CONFIG": str(config)}
+    try:
+        if args.profile:
+            return profile_agent(args, agent_env)
+        return measure(args, env, agent_env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, env: dict[str, str], agent_env: dict[str, str]) -> int:
+    """The pairs, the tables and the verdict."""
 
     from rich.console import Console
     from rich.table import Table
@@ -232,45 +266,46 @@ def main(argv: list[str]) -> int:
     sys.path.insert(0, str(HERE.parent))
     from overhead import describe  # the sibling benchmark's statistics (imports torch and dtpo: driver only)
 
-    console = Console(width=max(Console().width, 120))
+    console = Console(width=max(Console().width, 140))
     order = random.Random(args.seed)
     runs: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory(prefix="agent-overhead-") as tmp:
         for pair in range(args.pairs):
             for arm in order.sample(ARMS, len(ARMS)):
-                run = launch_once(arm, Path(tmp, f"pair{pair}-{arm}"), args, env)
+                run = launch_once(arm, Path(tmp, f"pair{pair}-{arm}"), args, agent_env if arm == "agent" else env)
                 runs[arm].append(run)
-                console.print(f"pair {pair + 1}/{args.pairs} {arm:>8}: step {step_time(run) * 1e3:.3f} ms, CPU "
-                              f"{cpu_per_step(run) * 1e3:.3f} ms per step (2 ranks), {run['launch_s']:.1f} s "
-                              "launch to exit", highlight=False)
-    pairs = range(args.pairs)
+                console.print(f"pair {pair + 1}/{args.pairs} {arm:>8}: "
+                              + ", ".join(f"{METRIC_NAMES[m]} {METRICS[m](run) * 1e3:.3f} ms" for m in METRICS)
+                              + f", {run['launch_s']:.1f} s launch to exit", highlight=False)
 
-    def wall_ratios(arm: str) -> list[float]:
-        return [step_time(runs[arm][p]) / step_time(runs["plain"][p]) for p in pairs]
-
-    def cpu_ratios(arm: str) -> list[float]:
-        return [cpu_per_step(runs[arm][p]) / cpu_per_step(runs["plain"][p]) for p in pairs]
+    def ratios(arm: str, metric: str) -> list[float]:
+        of = METRICS[metric]
+        return [of(a) / of(ref) for a, ref in zip(runs[arm], runs["plain"], strict=True)]
 
     measured = args.steps_per_epoch * args.epochs - args.warmup
     table = Table(title=f"dtpo launch's agent on an unmodified DDP script (2 gloo ranks x 1 thread, MLP width "
                         f"{args.width}, batch {args.batch_size}; {args.pairs} pairs of launches, "
-                        f"{measured} measured steps each after {args.warmup} of warm-up)")
-    for col in ("arm", "median step (runs' medians)", "CPU per step (2 ranks)",
-                "step ratio to plain [PRIMARY]", "CPU ratio to plain", "launch to exit"):
-        table.add_column(col, justify="right")
+                        f"{measured} measured steps per run after {args.warmup} of warm-up"
+                        + (f"; agent's record flushed every {args.flush_every} steps" if args.flush_every else "")
+                        + ")")
+    table.add_column("arm (runs' medians)", justify="right")
+    for metric in METRICS:
+        table.add_column(METRIC_NAMES[metric], justify="right")
+    for metric in METRICS:
+        table.add_column(f"{metric} ratio" + (" [PRIMARY]" if metric == args.primary else ""), justify="right")
+    table.add_column("launch→exit", justify="right")
     for arm in ARMS:
-        table.add_row(LABELS[arm], f"{statistics.median(step_time(r) for r in runs[arm]) * 1e3:.3f} ms",
-                      f"{statistics.median(cpu_per_step(r) for r in runs[arm]) * 1e3:.3f} ms",
-                      "1" if arm == "plain" else f"{statistics.median(wall_ratios(arm)):.4f}",
-                      "1" if arm == "plain" else f"{statistics.median(cpu_ratios(arm)):.4f}",
+        table.add_row(LABELS[arm],
+                      *(f"{statistics.median(METRICS[m](r) for r in runs[arm]) * 1e3:.3f} ms" for m in METRICS),
+                      *("1" if arm == "plain" else f"{statistics.median(ratios(arm, m)):.4f}" for m in METRICS),
                       f"{statistics.median(r['launch_s'] for r in runs[arm]):.1f} s")
     console.print(table)
-    console.print("primary metric: median over pairs of the pair's ratio of run step times (a run's step time: the "
-                  "mean over ranks of the median measured step, timed by the script itself)", highlight=False)
-    console.print(f"A/A control, step time:  {describe(wall_ratios('plain-aa'))}", highlight=False)
-    console.print(f"A/A control, CPU time:   {describe(cpu_ratios('plain-aa'))}", highlight=False)
-    console.print(f"agent/plain CPU time:    {describe(cpu_ratios('agent'))}", highlight=False)
-    console.print(f"agent/plain step time:   {describe(wall_ratios('agent'))}  (the verdict)", highlight=False)
+    console.print(f"primary metric: {PRIMARY_HELP[args.primary]}; ratios are medians over pairs of each pair's "
+                  "ratio (runs of a pair are adjacent in time, in random order)", highlight=False)
+    for metric in METRICS:
+        console.print(f"{METRIC_NAMES[metric] + ':':<24} A/A {describe(ratios('plain-aa', metric))}", highlight=False)
+        console.print(f"{'':<24} agent/plain {describe(ratios('agent', metric))}"
+                      + ("  (the verdict)" if metric == args.primary else ""), highlight=False)
 
     counts = Table(title="steps and samples: the script's own counts against the agent's record (all steps)")
     for col in ("pair", "rank", "script steps", "agent steps", "script samples", "agent samples",
@@ -285,18 +320,19 @@ def main(argv: list[str]) -> int:
                            f"{own_s * 1e3:.3f} ms", f"{agent_s * 1e3:.3f} ms", "yes" if match else "NO")
     console.print(counts)
 
-    ratio, aa = statistics.median(wall_ratios("agent")), statistics.median(wall_ratios("plain-aa"))
+    ratio, aa = statistics.median(ratios("agent", args.primary)), statistics.median(ratios("plain-aa", args.primary))
     noisy = abs(aa - 1) > NOISE
     met = ratio <= GOAL and not noisy
     console.print(f"{'met' if counts_ok else 'MISSED'}     the agent's steps and samples equal the script's on every "
                   f"rank of {len(runs['agent'])} runs", highlight=False)
+    metric = METRIC_NAMES[args.primary]
     if noisy:
-        console.print(f"NO VERDICT the A/A control's step ratio is {aa:.4f}, outside 1 +- {NOISE}: the machine was "
-                      f"too noisy to tell a 1 % overhead (agent/plain {ratio:.4f}); run again with more --pairs or "
+        console.print(f"NO VERDICT the A/A control's {metric} ratio is {aa:.4f}, outside 1 +- {NOISE}: the machine "
+                      f"was too noisy to tell a 1 % overhead (agent/plain {ratio:.4f}); run again with more --pairs or "
                       "on a quieter machine", highlight=False)
     else:
-        console.print(f"{'met' if met else 'MISSED'}     step ratio agent/plain <= {GOAL} (median over pairs "
-                      f"{ratio:.4f}; A/A {aa:.4f})", highlight=False)
+        console.print(f"{'met' if met else 'MISSED'}     {metric} ratio agent/plain <= {GOAL} (median over "
+                      f"pairs {ratio:.4f}; A/A {aa:.4f})", highlight=False)
     return 0 if met and counts_ok else 1
 
 

@@ -227,8 +227,8 @@ def plain(tmp_path: Path) -> Path:
 @pytest.mark.slow
 def test_a_script_without_a_session_says_nothing_was_recorded_and_leaves_no_directory(plain: Path,
                                                                                       tmp_path: Path) -> None:
-    result = subprocess.run(dtpo_cli("launch", "--standalone", "--nproc-per-node", "1", str(plain), "ok",
-                                     str(tmp_path / "marks")), capture_output=True, text=True, timeout=120,
+    result = subprocess.run(dtpo_cli("launch", "--standalone", "--nproc-per-node", "1", "--no-agent", str(plain),
+                                     "ok", str(tmp_path / "marks")), capture_output=True, text=True, timeout=120,
                             cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()

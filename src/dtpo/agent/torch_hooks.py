@@ -3,7 +3,11 @@
 * **Optimizer steps**: torch's global hooks (``register_optimizer_step_pre_hook`` / ``..._post_hook``), and
   ``GradScaler.step``, which may skip the optimizer on inf/NaN gradients (the iteration still happened).
 * **Batches**: the data loader's iterator (``_BaseDataLoaderIter``), whichever loader made it; a loader that is
-  not a torch ``DataLoader`` is not seen (the agent then counts steps only).
+  not a torch ``DataLoader`` is not seen (the agent then counts steps only). Hugging Face Accelerate's loaders
+  (``DataLoaderShard``, ``DataLoaderDispatcher``, ``SkipDataLoader``; the ``transformers`` Trainer's too) are heard
+  at their own ``__iter__`` instead, once ``accelerate.data_loader`` is imported: they fetch one batch ahead (and
+  skip or dispatch batches), so the batches they hand the script are the ones that count, and the inner
+  iterator's are not reported.
 * **Backward**: ``torch.autograd.backward`` (what ``Tensor.backward`` calls), for the end of compute.
 * **DDP**: each ``DistributedDataParallel`` built, so gradient-ready stamps can be added to it. They are
   per-parameter hooks, not a comm hook: the one comm hook DDP allows stays the script's.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -24,7 +29,14 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
+from dtpo.agent.post_import import when_imported
+
 log = logging.getLogger(__name__)
+
+ACCELERATE_LOADERS = ("DataLoaderShard", "DataLoaderDispatcher", "SkipDataLoader")
+"""Accelerate's loader classes (``accelerate.data_loader``) whose ``__iter__`` the agent listens to."""
+
+_muted = threading.local()  # depth > 0: inside an outer loader's fetch, the inner iterator's batches are not told
 
 
 class Listener(Protocol):
@@ -77,6 +89,16 @@ class TorchHooks:
         self._patch(_BaseDataLoaderIter, "__next__", _iterator_next)
         self._patch(torch.autograd, "backward", _backward)
         self._patch(DistributedDataParallel, "__init__", _ddp_init)
+        when_imported("accelerate.data_loader", self._accelerate_imported)
+
+    def _accelerate_imported(self, module: Any) -> None:
+        """Listen to Accelerate's loaders (``accelerate.data_loader`` was just imported)."""
+        if not self._handles:  # removed before Accelerate came (the watch itself stays, harmless)
+            return
+        for name in ACCELERATE_LOADERS:
+            owner = getattr(module, name, None)
+            if owner is not None and "__iter__" in vars(owner):
+                self._patch(owner, "__iter__", _outer_iter)
 
     def remove(self) -> None:
         """Stop listening and put torch back as it was."""
@@ -114,6 +136,8 @@ def _iterator_init(listener: Listener, original: Any) -> Any:
 
 def _iterator_next(listener: Listener, original: Any) -> Any:
     def __next__(iterator: Any) -> Any:  # noqa: N807 - the method it wraps
+        if getattr(_muted, "depth", 0):  # an outer loader fetching ahead: it tells what it hands out
+            return original(iterator)
         loader = getattr(iterator, "_dtpo_loader", id(iterator))
         listener.batch_requested(loader)
         try:
@@ -125,6 +149,35 @@ def _iterator_next(listener: Listener, original: Any) -> Any:
         return batch
 
     return __next__
+
+
+def _outer_iter(listener: Listener, original: Any) -> Any:
+    """A loader that wraps a torch ``DataLoader`` and may fetch batches it does not hand out yet (or at all):
+    its batches are told when it yields them, and its inner iterator is muted meanwhile."""
+
+    def __iter__(loader: Any) -> Any:  # noqa: N807 - the method it wraps
+        if getattr(_muted, "depth", 0):  # nested in another outer loader: that one tells
+            yield from original(loader)
+            return
+        key = id(loader)
+        inner = original(loader)
+        try:
+            while True:
+                listener.batch_requested(key)
+                _muted.depth = getattr(_muted, "depth", 0) + 1
+                try:
+                    batch = next(inner)
+                except StopIteration:
+                    listener.batch_cancelled(key)
+                    return
+                finally:
+                    _muted.depth -= 1
+                listener.batch_arrived(key, batch)
+                yield batch
+        finally:
+            inner.close()
+
+    return __iter__
 
 
 def _backward(listener: Listener, original: Any) -> Any:
