@@ -144,6 +144,7 @@ def test_a_user_sitecustomize_still_runs_and_its_error_is_its_own(tmp_path: Path
     (["--tune", "fast"], {}, "--tune must be one of"),
     (["--no-agent", "--tune", "power-limit"], {}, "--tune needs the agent"),
     (["--cost", "energy"], {}, "--cost and --knob-mode go with --tune"),
+    (["--no-agent", "--metrics-addr", "9999"], {}, "--metrics-addr needs the agent"),
     (["--tune", "power-limit", "--cost", "joules"], {}, "joules"),
     ([], {"DTPO_SAMPLES_PER_STEP": "lots"}, "DTPO_SAMPLES_PER_STEP must be a positive integer"),
 ])

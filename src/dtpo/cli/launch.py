@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 HELP = ("Run SCRIPT on many processes and machines through torch.distributed.run, measured per step with no code "
         "change (--no-agent: not measured). Takes every torchrun flag (--nnodes, --nproc-per-node, --node-rank, "
         "--rdzv-*, --max-restarts, --standalone, --master-addr, --master-port) and dtpo's --run-dir, --overwrite, "
-        "--backend, --rdzv-timeout, --tune, --cost, --knob-mode. `dtpo launch --help` lists them all.")
+        "--backend, --rdzv-timeout, --tune, --cost, --knob-mode, --metrics-addr. `dtpo launch --help` lists them all.")
 
 
 def launch_command(ctx: typer.Context) -> None:
@@ -48,20 +48,26 @@ def launch_command(ctx: typer.Context) -> None:
 
 
 def agent_config(args: argparse.Namespace, folder: Path) -> Path | None:
-    """The agent's configuration file for ``--tune``/``--cost``/``--knob-mode`` (``None`` without them: the
-    agent's defaults), checked as ``dtpo train`` checks its own (a bad cost, no GPU to tune: one line).
+    """The agent's configuration file for ``--tune``/``--cost``/``--knob-mode``/``--metrics-addr`` (``None``
+    without them: the agent's defaults), checked as ``dtpo train`` checks its own (a bad cost, no GPU to tune, an
+    address in use: one line).
 
     Raises:
         ConfigError: What ``dtpo train`` would refuse.
     """
-    if args.tune is None:
+    if args.tune is None and args.metrics_addr is None:
         return None
     from dtpo.cli.train import check_tuning
 
-    tune = {"knob": args.tune} | ({"cost": args.cost} if args.cost is not None else {})
+    tune = ({"knob": args.tune} if args.tune is not None else {}) | (
+        {"cost": args.cost} if args.cost is not None else {})
     knobs = {"mode": args.knob_mode} if args.knob_mode is not None else {}
-    config = RunConfig().replace(tune=tune, knobs=knobs)
+    config = RunConfig().replace(tune=tune, knobs=knobs, telemetry={"metrics_addr": args.metrics_addr})
     check_tuning(config)
+    if args.metrics_addr is not None:  # an address in use fails here, not in a worker
+        from dtpo.telemetry.metrics_server import check_metrics_addr
+
+        check_metrics_addr(args.metrics_addr)
     return config.save(folder / CONFIG_FILE)
 
 

@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="The cost the tuner minimises (default: zeus:0.5; see `dtpo train --help`).")
     group.add_argument("--knob-mode", choices=KNOB_MODES, default=None,
                        help="apply (change the GPUs), dry-run (log the changes) or observe (read only).")
+    group.add_argument("--metrics-addr", default=None, metavar="[HOST:]PORT",
+                       help="Serve live Prometheus metrics of the agent's measurements at this address.")
     return parser
 
 
@@ -273,7 +275,9 @@ def _validate(args: argparse.Namespace) -> None:
 
 
 def _validate_tuning(args: argparse.Namespace) -> None:
-    """``--tune`` names what the agent can tune, and needs the agent."""
+    """``--tune`` names what the agent can tune; it and ``--metrics-addr`` need the agent."""
+    if args.metrics_addr is not None and args.no_agent:
+        raise LaunchError("--metrics-addr needs the agent: drop --no-agent (or use dtpo.Session in the script)")
     knob = args.tune
     if knob is None:
         if args.cost is not None or args.knob_mode is not None:
