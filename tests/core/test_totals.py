@@ -155,3 +155,13 @@ def test_a_failed_run_counts_joules_and_samples_over_the_same_steps() -> None:
     finalize(record)
     assert record.energy.energy_per_sample_j.value == pytest.approx(  # type: ignore[union-attr]
         POWER_W * (41 * 0.1 + 5.0) / (2 * 41 * 32))
+
+
+def test_steps_without_counted_samples_give_a_step_rate_not_zero_throughput() -> None:
+    """A script whose batches the agent cannot see: its throughput is unknown, said with the steps per second."""
+    steps = [step(i, 0.0, 0.09, 0.0) for i in range(4)]
+    for s in steps:
+        s.samples = 0
+    totals = compute_totals([RankRecord(0, 0, "n", "cpu", steps=steps)])
+    assert totals["throughput"].value is None
+    assert "DTPO_SAMPLES_PER_STEP" in totals["throughput"].note and "10 steps/s" in totals["throughput"].note

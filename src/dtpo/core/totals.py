@@ -84,9 +84,12 @@ def compute_totals(ranks: list[RankRecord]) -> dict[str, Measurement]:
         "measured_steps": Measurement(count, "steps", "measured", steps_note),
         "wall_s": Measurement(wall, "s"),
         "samples": Measurement(samples, "samples"),
-        "throughput": Measurement(samples / wall if wall > 0 else None, "samples/s", "derived"),
-        "throughput_per_worker": Measurement(samples / wall / len(ranks) if wall > 0 else None, "samples/s",
-                                             "derived"),
+        "throughput": Measurement(samples / wall if wall > 0 and samples else None, "samples/s", "derived",
+                                  "" if samples or wall <= 0 else
+                                  f"samples not counted (batches not from a torch DataLoader; DTPO_SAMPLES_PER_STEP "
+                                  f"sets them): {count / wall:.4g} steps/s"),
+        "throughput_per_worker": Measurement(samples / wall / len(ranks) if wall > 0 and samples else None,
+                                             "samples/s", "derived"),
         "step_time_s": Measurement(statistics.median(max(col) for col in _columns(per_rank, "step_s")), "s",
                                    "derived", "median over steps of the slowest rank's step"),
     }

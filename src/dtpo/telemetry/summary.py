@@ -118,6 +118,9 @@ def totals_table(record: RunRecord) -> Table:
     switches = sorted({(s["step"], s["setting"], str(s["value"])) for r in record.ranks for s in r.switches})
     if switches:
         rows.append(("switched", "; ".join(f"step {step}: {name} = {value}" for step, name, value in switches)))
+    throughput = t.get("throughput")
+    if throughput is not None and throughput.value is None and throughput.note:
+        rows.insert(rows.index(("throughput", "n/a")) + 1, ("", f"[dim]{throughput.note}[/dim]"))
     mfu = t.get("mfu")
     if mfu is not None and mfu.value is None and mfu.note:
         rows.insert(rows.index(("MFU", "n/a")) + 1, ("", f"[dim]MFU unknown: {mfu.note}[/dim]"))
