@@ -19,7 +19,7 @@ from dtpo.agent.run import AgentRun
 from dtpo.agent.torch_hooks import TorchHooks
 from dtpo.agent.tracker import StepTracker
 from dtpo.core.config import RunConfig
-from dtpo.core.totals import record_from_partials
+from dtpo.core.record import RunRecord
 
 COLLECTIVES = ("all_reduce", "all_gather", "broadcast_object_list", "gather_object", "barrier", "broadcast")
 
@@ -61,24 +61,24 @@ def _ddp_script_rank(rank: int, world_size: int, run_dir: str) -> None:
             opt.zero_grad()
             F.cross_entropy(model(x), y).backward()
             opt.step()
+        (run,) = runs
+        group = run.ctx.group
+        assert group is not None and group is not dist.group.WORLD
+        dist.destroy_process_group()  # the script's end: the ranks gather their records first
     finally:
         hooks.remove()
         for name, function in saved.items():
             setattr(dist, name, function)
-    (run,) = runs
-    run.finish()
-    group = run.ctx.group
-    assert group is not None and group is not dist.group.WORLD
-    assert calls, "the straggler slack is agreed on every window"
+    assert run.lifecycle.finished
+    assert {"all_gather", "gather_object", "barrier"} <= {name for name, _ in calls}
     assert all(g is group for _, g in calls), [(name, g) for name, g in calls if g is not group]
-    dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_the_agent_never_adds_a_collective_to_the_scripts_group(tmp_path: Path) -> None:
+def test_the_agent_never_adds_a_collective_to_the_scripts_group_and_gathers_at_its_end(tmp_path: Path) -> None:
     run_ranks(_ddp_script_rank, 2, str(tmp_path / "run"))
-    record = record_from_partials(tmp_path / "run", "completed", None)
-    assert record is not None and [r.rank for r in record.ranks] == [0, 1]
+    record = RunRecord.load(tmp_path / "run")  # written by rank 0, every rank's steps gathered to it
+    assert record.status == "completed" and [r.rank for r in record.ranks] == [0, 1]
     for rank in record.ranks:
         assert len(rank.steps) == 16 and sum(s.samples for s in rank.steps) == 128
         assert rank.slack is not None  # the ranks' ready times were gathered over the agent's group

@@ -100,7 +100,8 @@ class Agent:
         from dtpo.session.stream_run import StreamRun
 
         if StreamRun.opened:
-            log.info("dtpo agent: the script reports its own steps (dtpo.Session): the agent stands aside")
+            log.info("dtpo agent: the script reports its own steps (dtpo.Session, dtpo.StepReporter or a dtpo "
+                     "callback): the agent stands aside")
             return None
         try:
             from dtpo.agent.channel import agent_context

@@ -69,7 +69,8 @@ _watcher = _Watcher()
 
 
 def when_imported(name: str, callback: Callback) -> None:
-    """Call ``callback(module)`` once the top-level module ``name`` has been imported (at once if it already is).
+    """Call ``callback(module)`` once the module ``name`` (``torch``, ``accelerate.data_loader``) has been imported
+    (at once if it already is).
 
     An exception in the callback propagates from the ``import`` statement that triggered it: callbacks must not
     raise.

@@ -2,10 +2,11 @@
 
 It gets what a :class:`~dtpo.session.session.Session` run gets from the same stream (record, energy windows,
 the GPU knobs and their tuner, straggler slack where DDP is used, live metrics), from the steps the
-:class:`~dtpo.agent.tracker.StepTracker` cuts. It starts at the end of the script's first training iteration,
-and ends without a collective when the script's process exits (or is stopped by SIGTERM): each rank writes
-its partial record, and ``dtpo launch`` assembles ``record.json`` from them (the script may have destroyed its
-process group before it exits).
+:class:`~dtpo.agent.tracker.StepTracker` cuts. It starts at the end of the script's first training iteration.
+It ends together with the other ranks when the script destroys its process group (rank 0 gathers every rank's
+record over the agent's group, as a Session does, and writes ``record.json``), else without a collective when the
+process exits (or is stopped by SIGTERM): each rank writes its partial record, and ``dtpo launch`` assembles
+``record.json`` from those on its node.
 """
 
 from __future__ import annotations
@@ -80,6 +81,16 @@ class AgentRun(StreamProducer):
             return
         self._run.stream.close_window()
         self._run.finish(error, alone=True)
+
+    def finish_together(self) -> None:
+        """End the run on every rank at once, while the script's process group (and so the agent's own) still
+        stands: the ranks gather their records to rank 0 over the agent's group, and rank 0 writes ``record.json``
+        with every rank, on whichever node it runs (no shared file system needed). Alone, or where ranks made no
+        shared group, it ends as :meth:`finish` does."""
+        if self.lifecycle.finished:
+            return
+        self._run.stream.close_window()
+        self._run.finish(None, alone=self.ctx.group is None)
 
     def abandon(self) -> None:
         """Stand aside without writing anything more (the script drives a producer of its own)."""

@@ -11,6 +11,8 @@
 * **Backward**: ``torch.autograd.backward`` (what ``Tensor.backward`` calls), for the end of compute.
 * **DDP**: each ``DistributedDataParallel`` built, so gradient-ready stamps can be added to it. They are
   per-parameter hooks, not a comm hook: the one comm hook DDP allows stays the script's.
+* **The end of a distributed script**: ``destroy_process_group()`` of the default group outside an error path
+  (every rank calls it at the same point), when the ranks can still gather their records to rank 0.
 
 Each listener call is a few microseconds of Python. :class:`TorchHooks` puts everything back on
 :meth:`~TorchHooks.remove` (tests).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -66,6 +69,10 @@ class Listener(Protocol):
     def ddp_built(self, model: DistributedDataParallel) -> None:
         """A DDP model was built."""
 
+    def group_ending(self) -> None:
+        """The script is about to destroy its default process group (every rank, at the same point), with no
+        exception in flight."""
+
 
 class TorchHooks:
     """The agent's hooks in torch, installed together and removed together.
@@ -89,6 +96,11 @@ class TorchHooks:
         self._patch(_BaseDataLoaderIter, "__next__", _iterator_next)
         self._patch(torch.autograd, "backward", _backward)
         self._patch(DistributedDataParallel, "__init__", _ddp_init)
+        if torch.distributed.is_available():
+            import torch.distributed.distributed_c10d as c10d
+
+            self._patch(torch.distributed, "destroy_process_group", _destroy_process_group)
+            self._patch(c10d, "destroy_process_group", _destroy_process_group)
         when_imported("accelerate.data_loader", self._accelerate_imported)
 
     def _accelerate_imported(self, module: Any) -> None:
@@ -196,3 +208,12 @@ def _ddp_init(listener: Listener, original: Any) -> Any:
         listener.ddp_built(model)
 
     return __init__
+
+
+def _destroy_process_group(listener: Listener, original: Any) -> Any:
+    def destroy_process_group(group: Any = None) -> None:
+        if group is None and sys.exc_info()[0] is None:  # the whole world ends normally (not in an error path)
+            listener.group_ending()
+        original(group)
+
+    return destroy_process_group

@@ -45,6 +45,9 @@ class StepSink(Protocol):
     def step_closed(self, record: StepRecord) -> None:
         """It ended."""
 
+    def finish_together(self) -> None:
+        """The ranks end together, while their process group still stands."""
+
 
 def _guarded(method: F) -> F:
     """A listener call that turns the agent off instead of raising into the script."""
@@ -217,6 +220,14 @@ class StepTracker:
         if self._timer is not None:
             self._timer.stamps, self._timer.tail_measured = comm, True
         self.timer.distributed = _distributed()
+
+    @_guarded
+    def group_ending(self) -> None:
+        """The script is about to destroy its process group: the ranks gather their records to rank 0 now, over
+        the agent's own group (which goes down with the script's), and the agent stops listening."""
+        if self.sink is not None:
+            self.active = False
+            self.sink.finish_together()
 
     # -- closing a step -------------------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ import logging
 import os
 import secrets
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -78,8 +78,9 @@ class StepRecord:
     tokens: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """As written into the record: every field, ``tokens`` only where counted."""
-        out = asdict(self)
+        """As written into the record: every field, ``tokens`` only where counted (the fields are plain values:
+        a shallow copy, much cheaper than ``dataclasses.asdict`` on records of many steps)."""
+        out = dict(vars(self))
         if out["tokens"] is None:
             del out["tokens"]
         return out
@@ -485,18 +486,23 @@ def current_umask() -> int:
     return mask
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any, compact: bool = False) -> None:
     """Write JSON so that a crash leaves either the old file or the new one, never half of one.
 
     The file gets the mode an ordinary ``open()`` would give it (``0o666`` less the umask), not the
-    ``0o600`` of a temporary file, so teammates can read a shared run directory.
+    ``0o600`` of a temporary file, so teammates can read a shared run directory. ``compact`` writes it on one
+    line with the C encoder (several times faster than the indented form: partial records rewritten while
+    training).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1)
+            if compact:
+                fh.write(json.dumps(data, separators=(",", ":")))
+            else:
+                json.dump(data, fh, indent=1)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -126,7 +126,7 @@ class RunLifecycle:
         partial.attempt = self.record.attempt
         partial.resumed = self.record.resumed
         try:
-            write_json_atomic(self.partial_path, partial.to_dict())
+            write_json_atomic(self.partial_path, partial.to_dict(), compact=True)
             self._write_failed = False
         except OSError as exc:
             if not self._write_failed:

@@ -107,18 +107,26 @@ class FlushCallback(Callback):
     """Writes this rank's partial record after the first measured step, then at the first window end after
     every ``every`` steps or ``every_s`` seconds, so a partial record's steps and energy windows agree.
 
+    A flush rewrites the whole partial record, so it costs more as the run grows (about 10 us per recorded step
+    here). It is paced so that flushing takes at most ``budget`` of the wall time: after a flush that took
+    ``c`` seconds, the next one waits at least ``c / budget`` seconds, whatever ``every`` says. A normal end,
+    an error or SIGTERM still writes everything; only a SIGKILL can lose the steps since the last flush.
+
     Args:
         every: Steps between flushes at least.
         warmup_steps: Steps before the first measured one.
         every_s: Seconds after which the next window end flushes even if fewer steps passed.
+        budget: The largest share of wall time spent flushing.
     """
 
-    def __init__(self, every: int, warmup_steps: int, every_s: float = 30.0) -> None:
+    def __init__(self, every: int, warmup_steps: int, every_s: float = 30.0, budget: float = 0.002) -> None:
         self.every = every
         self.warmup_steps = warmup_steps
         self.every_s = every_s
+        self.budget = budget
         self._last_step = 0
         self._last_time = time.monotonic()
+        self._pause_s = 0.0  # the least time before the next flush, from the last one's cost
 
     def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
         """Flush after the first measured step (so even an early crash leaves a record)."""
@@ -128,13 +136,16 @@ class FlushCallback(Callback):
     def on_window_end(self, session: RunView, window: Window) -> None:
         """Flush when due."""
         done = window.last_step + 1
-        if done - self._last_step >= self.every or time.monotonic() - self._last_time >= self.every_s:
+        since = time.monotonic() - self._last_time
+        if since >= self._pause_s and (done - self._last_step >= self.every or since >= self.every_s):
             self._flush(session, done)
 
     def _flush(self, session: RunView, done: int) -> None:
+        start = time.monotonic()
         session.lifecycle.flush(status="running")
         self._last_step = done
         self._last_time = time.monotonic()
+        self._pause_s = (self._last_time - start) / self.budget
 
 
 
