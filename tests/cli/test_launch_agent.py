@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -171,3 +173,27 @@ def test_tuning_gpus_on_a_machine_without_one_is_refused_before_any_worker_start
     assert ended.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "needs an NVIDIA GPU" in line and "dtpo simulate" in line
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_what_the_agent_measured(tmp_path: Path) -> None:
+    proc = subprocess.Popen(dtpo_cli("launch", "--standalone", "--nproc-per-node", "2", "--run-dir",
+                                     str(tmp_path / "run"), str(EXAMPLE), "--epochs", "100000"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        while len(list((tmp_path / "run" / "ranks").glob("*.json"))) < 2:  # both ranks have measured steps
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground process group
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("dtpo: interrupted by SIGINT; record in"), err
+    record = RunRecord.load(tmp_path / "run")
+    assert record.status == "interrupted" and [r.rank for r in record.ranks] == [0, 1]
+    assert all(len(rank.steps) >= 3 for rank in record.ranks)
