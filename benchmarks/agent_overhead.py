@@ -12,10 +12,11 @@ import) is started three ways in every pair, in a random order drawn anew for ev
 The script times its own steps the same way in every arm, whatever the agent does: from the request for a
 batch to the return of ``optimizer.step()`` (``zero_grad`` included), with ``time.perf_counter`` and
 ``time.process_time`` (the whole process's CPU time: main, gloo and any agent thread), and writes them per rank
-with its own step and sample counts. A run's step time is the median over its steps after ``--warmup`` of each
-rank's step times (the mean of the two ranks'); its CPU time per step is the sum over both ranks of CPU seconds
-per measured step. The verdict (the primary metric) is the median over pairs of each pair's ratio
-``agent/plain`` of run step times, beside the same for the A/A control; a run's median is steady, while the
+with its own step and sample counts. A run's step time is the mean (``--primary mean``, the default: periodic
+work such as energy windows and partial-record flushes included) or the median (``--primary median``) over its
+steps after ``--warmup`` of each rank's step times (the two ranks' averaged); its CPU time per step
+(``--primary cpu``) is the sum over both ranks of CPU seconds per measured step. The verdict is the median over
+pairs of each pair's ratio ``agent/plain`` of the primary metric, beside the same for the A/A control; the
 launches differ from each other by more than the steps of one launch do, so the pairs are the unit. When the
 A/A control is itself outside +-1 %, the machine was too noisy for a verdict: exit 1 without one.
 
