@@ -30,6 +30,7 @@ from dtpo.distributed.comm_timing import GradientComm
 from dtpo.session.loop.batch_size import count_samples, count_tokens
 from dtpo.session.loop.clock import CpuClock, CudaClock
 from dtpo.session.loop.timer import StepTimer
+from dtpo.session.stream_run import StreamRun
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +215,9 @@ class StepTracker:
         if self.ddp is not None:
             log.debug("dtpo agent: a second DDP model is not stamped")
             return
+        if self.sink is None and StreamRun.opened:  # dtpo.Session wraps its own model and stamps it itself
+            self.active = False
+            return
         comm = GradientComm(self.mark)
         comm.attach(model, "none")
         self.ddp, self.comm = model, comm
@@ -252,8 +256,10 @@ class StepTracker:
         self.loaders.step_ended()
         if self.sink is None:
             self.sink = self.sink_for(self)
-            if self.sink is None:
+            if self.sink is None:  # standing aside: no stamps left on the script's model
                 self.active = False
+                if self.comm is not None:
+                    self.comm.detach()
                 return
         self.step += 1
         self.sink.step_closed(record)
