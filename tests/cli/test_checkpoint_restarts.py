@@ -15,7 +15,8 @@ from conftest import dtpo_cli
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from dtpo.distributed.launch import _restarts_possible, parse_launch_args
+from dtpo.distributed.launch import _restarts_possible
+from dtpo.distributed.launch_args import parse_launch_args
 from dtpo.session.checkpoint.files import MARKER
 from dtpo.session.checkpoint.state import model_fingerprint
 from dtpo.workloads import get_workload, with_workload_defaults

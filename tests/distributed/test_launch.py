@@ -16,7 +16,8 @@ from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, P
 
 from dtpo.core.errors import LaunchError
 from dtpo.core.record import RunRecord
-from dtpo.distributed.launch import _describe_failures, launch, parse_launch_args
+from dtpo.distributed.launch import _describe_failures, launch
+from dtpo.distributed.launch_args import parse_launch_args
 
 SCRIPT = textwrap.dedent("""
     import sys, pathlib, torch, torch.nn.functional as F

@@ -21,6 +21,7 @@ from typing import Any
 from dtpo.agent.post_import import when_imported
 from dtpo.core.errors import ConfigError
 from dtpo.core.launch_contract import AGENT_ENV, LaunchContract
+from dtpo.core.logs import configure_logging
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +48,14 @@ def start() -> bool:
         contract = LaunchContract.from_environ()
         samples = samples_per_step()
     except ConfigError as exc:
-        print(f"dtpo agent: {exc}; this worker is not measured", file=sys.stderr)
-        os.environ.pop(AGENT_ENV, None)
+        if os.environ.pop(AGENT_ENV, None):
+            configure_logging()
+            log.warning("agent: %s; this worker is not measured", exc)
         return False
     if not contract.agent:
         return False
     os.environ.pop(AGENT_ENV, None)
+    configure_logging()
     agent = Agent(contract, samples)
     when_imported("torch", agent.torch_imported)
     return True
@@ -84,8 +87,7 @@ class Agent:
             self.hooks = TorchHooks(self.tracker)
             self.hooks.install()
         except Exception as exc:  # noqa: BLE001 - never fail the script's own import of torch
-            print(f"dtpo agent: cannot hook into torch ({type(exc).__name__}: {exc}); the script runs unmeasured",
-                  file=sys.stderr)
+            log.warning("agent: cannot hook into torch (%s: %s); the script runs unmeasured", type(exc).__name__, exc)
             return
         previous = sys.excepthook
 
@@ -100,7 +102,7 @@ class Agent:
         from dtpo.session.stream_run import StreamRun
 
         if StreamRun.opened:
-            log.info("dtpo agent: the script reports its own steps (dtpo.Session, dtpo.StepReporter or a dtpo "
+            log.debug("agent: the script reports its own steps (dtpo.Session, dtpo.StepReporter or a dtpo "
                      "callback): the agent stands aside")
             return None
         try:
@@ -112,8 +114,7 @@ class Agent:
             self._handle_sigterm()
             self.run = AgentRun(ctx, config, _script_name())
         except Exception as exc:  # noqa: BLE001 - the script goes on unmeasured
-            print(f"dtpo agent: cannot start measuring ({type(exc).__name__}: {exc}); the script runs unmeasured",
-                  file=sys.stderr)
+            log.warning("agent: cannot start measuring (%s: %s); the script runs unmeasured", type(exc).__name__, exc)
             return None
         atexit.register(self.finish)
         return self.run
@@ -125,7 +126,7 @@ class Agent:
         strategy = "ddp" if tracker.ddp is not None else "fsdp" if _fsdp_in_use() else config.session.strategy
         config = config.replace(session={"strategy": strategy})
         if config.tune.knob == "stragglers" and tracker.ddp is None:
-            log.warning("dtpo agent: --tune stragglers needs DDP's gradient-ready times and this script builds no "
+            log.warning("agent: --tune stragglers needs DDP's gradient-ready times and this script builds no "
                         "DistributedDataParallel model: not tuned")
             config = config.replace(tune={"knob": None})
         return config
@@ -145,7 +146,7 @@ class Agent:
         try:
             run.finish(error if error is not None else self.error)
         except Exception as exc:  # noqa: BLE001 - at exit: say it, never a traceback
-            print(f"dtpo agent: could not write this rank's record ({type(exc).__name__}: {exc})", file=sys.stderr)
+            log.warning("agent: could not write this rank's record (%s: %s)", type(exc).__name__, exc)
 
     def _handle_sigterm(self) -> None:
         """On SIGTERM (torchrun stopping the workers, a preemption) write the record as ``interrupted``, then die

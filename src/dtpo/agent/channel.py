@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from dtpo.distributed.process_group import DistContext
+from dtpo.distributed.process_group import DistContext, join
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +34,16 @@ def agent_context(device: torch.device) -> DistContext:
     Args:
         device: The device the script computes on (its DDP model's, else the current CUDA device, else the CPU).
     """
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return replace(join(device), group=own_group())  # joins the script's group as it is, never makes one
     env = os.environ
-    node = socket.gethostname()
-    local_rank = int(env.get("LOCAL_RANK", 0) or 0)
-    local_world = int(env.get("LOCAL_WORLD_SIZE", 1) or 1)
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        rank = int(env.get("RANK", 0) or 0)
-        world = int(env.get("WORLD_SIZE", 1) or 1)
-        if world > 1:
-            log.warning("dtpo agent: rank %d of %d made no torch.distributed process group; it is measured on its "
-                        "own (no shared tuning decisions)", rank, world)
-        return DistContext(rank, local_rank, 1 if world > 1 else world, local_world, node, device, None, False)
-    group = own_group()
-    return DistContext(dist.get_rank(), local_rank, dist.get_world_size(), local_world, node, device,
-                       str(dist.get_backend()), False, group)
+    rank = int(env.get("RANK", 0) or 0)
+    world = int(env.get("WORLD_SIZE", 1) or 1)
+    if world > 1:
+        log.warning("agent: rank %d of %d made no torch.distributed process group; it is measured on its "
+                    "own (no shared tuning decisions)", rank, world)
+    return DistContext(rank, int(env.get("LOCAL_RANK", 0) or 0), 1, int(env.get("LOCAL_WORLD_SIZE", 1) or 1),
+                       socket.gethostname(), device, None, False)
 
 
 def own_group() -> Any:

@@ -74,23 +74,24 @@ class AgentRun(StreamProducer):
         self._steps += 1
         self._run.stream.step_end(record)
 
-    def finish(self, error: BaseException | None = None) -> None:
+    def finish(self, error: BaseException | None = None, together: bool = False) -> None:
         """End this rank's run: close the open window, let the callbacks finish (GPU settings go back), write the
-        partial record with how the script ended. Never a collective."""
+        partial record with how the script ended, without a collective.
+
+        Args:
+            error: What the script died of, if anything.
+            together: Every rank ends now, while the script's process group (and so the agent's own) still
+                stands: the ranks gather their records to rank 0 over the agent's group, and rank 0 writes
+                ``record.json`` with every rank, on whichever node it runs (no shared file system needed).
+        """
         if self.lifecycle.finished:
             return
         self._run.stream.close_window()
-        self._run.finish(error, alone=True)
+        self._run.finish(error, alone=not together or self.ctx.group is None)
 
     def finish_together(self) -> None:
-        """End the run on every rank at once, while the script's process group (and so the agent's own) still
-        stands: the ranks gather their records to rank 0 over the agent's group, and rank 0 writes ``record.json``
-        with every rank, on whichever node it runs (no shared file system needed). Alone, or where ranks made no
-        shared group, it ends as :meth:`finish` does."""
-        if self.lifecycle.finished:
-            return
-        self._run.stream.close_window()
-        self._run.finish(None, alone=self.ctx.group is None)
+        """Every rank ends now, with its records gathered to rank 0 (``finish(together=True)``)."""
+        self.finish(together=True)
 
     def abandon(self) -> None:
         """Stand aside without writing anything more (the script drives a producer of its own)."""

@@ -61,7 +61,7 @@ def _guarded(method: F) -> F:
             return method(self, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the script must never fail because of the agent
             self.active = False
-            log.warning("dtpo agent: stopped measuring after an error of its own (%s: %s); the script goes on",
+            log.warning("agent: stopped measuring after an error of its own (%s: %s); the script goes on",
                         type(exc).__name__, exc)
             return None
 
@@ -213,7 +213,7 @@ class StepTracker:
     def ddp_built(self, model: Any) -> None:
         """Stamp the first DDP model's gradients (the script's comm hook, if any, stays as it is)."""
         if self.ddp is not None:
-            log.debug("dtpo agent: a second DDP model is not stamped")
+            log.debug("agent: a second DDP model is not stamped")
             return
         if self.sink is None and StreamRun.opened:  # dtpo.Session wraps its own model and stamps it itself
             self.active = False

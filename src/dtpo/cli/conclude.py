@@ -62,7 +62,7 @@ def conclude_run(outcome: LaunchOutcome, console: Console | None = None, quiet: 
             record = record_from_partials(outcome.run_dir, "completed", None, partials)
             if record is not None:
                 record.save(outcome.run_dir)
-    elif outcome.failed:
+    else:
         partials = load_partial_records(outcome.run_dir)
         status = merged_status(outcome, [p.status for p in partials])
         diverged = [p.error for p in partials if p.status == "diverged"]

@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
-import sqlite3
 import tempfile
 from pathlib import Path
 
 import typer
 
 from dtpo.cli.conclude import conclude_run, end_run
-from dtpo.cli.register import warn_unregistered
+from dtpo.cli.register import register_record
 from dtpo.core.config import CONFIG_FILE, RunConfig
-from dtpo.core.errors import DtpoError
 
 log = logging.getLogger(__name__)
 
@@ -29,21 +26,19 @@ def launch_command(ctx: typer.Context) -> None:
     """Run SCRIPT [ARGS...] on many processes and machines through torch.distributed.run."""
     from dtpo.agent import BOOT_DIR
     from dtpo.agent.activation import samples_per_step
-    from dtpo.distributed.launch import launch, parse_launch_args  # torch: imported only when launching
+    from dtpo.distributed.launch import launch  # torch: imported only when launching
+    from dtpo.distributed.launch_args import parse_launch_args
 
     args = parse_launch_args(list(ctx.args))
     agent = not args.no_agent
     if agent:
         samples_per_step()  # a bad DTPO_SAMPLES_PER_STEP stops here, in one line
-    scratch = Path(tempfile.mkdtemp(prefix="dtpo-launch-config-"))
-    try:
-        config = agent_config(args, scratch) if agent else None
+    with tempfile.TemporaryDirectory(prefix="dtpo-launch-config-") as scratch:
+        config = agent_config(args, Path(scratch)) if agent else None
         outcome = launch(args, config=config, agent_path=BOOT_DIR if agent else None)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
     record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None
     if record is not None and outcome.run_dir is not None:
-        register(record, outcome.run_dir)
+        register_record(record, outcome.run_dir)
     end_run(outcome, record, args.training_script, agent=agent)
 
 
@@ -69,13 +64,3 @@ def agent_config(args: argparse.Namespace, folder: Path) -> Path | None:
 
         check_metrics_addr(args.metrics_addr)
     return config.save(folder / CONFIG_FILE)
-
-
-def register(record: object, run_dir: Path) -> None:
-    """Add the run to the run store (a failure is a warning: the record stays in its run directory)."""
-    from dtpo.telemetry.store.database import RunStore
-
-    try:
-        RunStore.open(None).register_record(record, run_dir)  # type: ignore[arg-type]
-    except (DtpoError, sqlite3.Error, OSError) as exc:
-        warn_unregistered(Path("the run store"), f"run {run_dir.name}", run_dir, exc)

@@ -113,6 +113,15 @@ def registered(store: RunStore, kind: str, run_dir: Path, config: dict[str, Any]
     registration.conclude()
 
 
+def register_record(record: RunRecord, run_dir: Path, store: str | None = None) -> None:
+    """Add a finished run (``dtpo launch``'s) to the run store; a failure is a warning naming ``dtpo runs reindex``:
+    the record stays in its run directory."""
+    try:
+        RunStore.open(store).register_record(record, run_dir)
+    except (DtpoError, sqlite3.Error, OSError) as exc:
+        warn_unregistered(check_store_path_quietly(store), f"run {run_dir.name}", run_dir, exc)
+
+
 def open_store_for(run_dir: Path, store: str | None) -> RunStore:
     """Open the store for a run whose directory was just prepared; if it cannot be opened, remove the (still
     empty) run directory and raise the one-line error, before anything ran."""

@@ -135,7 +135,8 @@ def _training_device() -> str:
 def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
     """Train ``config`` (already resolved) on ``config.launch.workers`` local processes through ``dtpo launch``,
     or through Ray Train with ``--engine ray``."""
-    from dtpo.distributed.launch import launch, parse_launch_args, worker_environment
+    from dtpo.distributed.launch import launch, worker_environment
+    from dtpo.distributed.launch_args import parse_launch_args
 
     if config.launch.engine == "ray":
         from dtpo.cli.ray_launch import launch_ray_training

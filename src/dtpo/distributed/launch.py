@@ -1,24 +1,22 @@
 """``dtpo launch``: torchrun's elastic launcher with dtpo's flags beside its own.
 
 The parsing and launching are ``torch.distributed.run``'s own (``get_args_parser`` and ``run``), so every
-torchrun flag works unchanged. dtpo adds a run directory, a backend override and one rendezvous timeout,
-checks every value it can before any process starts, keeps the elastic agent's log (and the C++ frames c10d
-prints while rendezvousing) in ``RUN_DIR/launcher.log`` instead of the user's terminal, and turns the
-launcher's failures and interrupts into a :class:`LaunchOutcome` or a one-line :class:`LaunchError`.
+torchrun flag works unchanged. dtpo adds a run directory, a backend override, one rendezvous timeout and its
+agent's flags, and checks every value it can before any process starts (:mod:`~dtpo.distributed.launch_args`).
+This module keeps the elastic agent's log (and the C++ frames c10d prints while rendezvousing) in
+``RUN_DIR/launcher.log`` instead of the user's terminal, and turns the launcher's failures and interrupts into a
+:class:`LaunchOutcome` or a one-line :class:`LaunchError`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.machinery
 import logging
-import math
 import os
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import threading
@@ -31,19 +29,16 @@ from torch.distributed import run as torchrun
 from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
-from torch.distributed.elastic.rendezvous.api import RendezvousError, rendezvous_handler_registry
-from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
+from torch.distributed.elastic.rendezvous.api import RendezvousError
 
-from dtpo.core.config import BACKENDS, JOB_KNOBS, KNOB_MODES, TUNE_KNOBS
 from dtpo.core.errors import LaunchError, first_line, signal_name
 from dtpo.core.files import is_writable_dir
 from dtpo.core.launch_contract import LaunchContract
+from dtpo.distributed.launch_args import apply_rdzv_timeout
 from dtpo.distributed.run_dir import LAUNCHER_LOG, is_empty_run, prepare_run_dir, remove_empty_run
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RDZV_TIMEOUT_S = 300.0
-MAX_RDZV_TIMEOUT_S = 30 * 24 * 3600.0
 DEFAULT_RUN_ROOT = Path("runs")
 # torchelastic's agent shares its rendezvous TCPStore with the workers, and that store outlives a restart: the
 # workers of the next attempt read the previous attempt's keys under the same "default_pg" prefix (gloo's peer
@@ -51,63 +46,8 @@ DEFAULT_RUN_ROOT = Path("runs")
 # Connection refused"; pytorch/pytorch#135712). With sharing off, every attempt's rank 0 hosts a fresh store on a
 # new MASTER_PORT.
 SHARED_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
-# rdzv-conf keys torch reads as integers (seconds or counts), and as booleans.
-_INT_CONF = re.compile(r"(.*_)?timeout|keep_alive_interval|keep_alive_max_attempt")
-_BOOL_CONF = ("is_host",)
-_BOOL_WORDS = ("1", "true", "t", "yes", "y", "0", "false", "f", "no", "n")
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _KILLED_BY_US = (-signal.SIGTERM, 128 + signal.SIGTERM)  # survivors torchrun stopped after a failure
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting, so the CLI can print one line."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise LaunchError(message)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """torchrun's argument parser, with dtpo's own flags added in a group of their own."""
-    torch_parser = torchrun.get_args_parser()
-    parser = _OneLineParser(
-        prog="dtpo launch",
-        description="Run a training script on many processes and machines through torch.distributed.run. "
-        "Every torchrun flag works unchanged; dtpo's own flags are listed under 'dtpo'.",
-        parents=[torch_parser],
-        add_help=False,  # the parent already has -h/--help
-        allow_abbrev=False,
-    )
-    group = parser.add_argument_group("dtpo")
-    group.add_argument("--run-dir", default=None,
-                       help="Directory for the run's record (default: runs/<run-id>; with several nodes and no "
-                       "--rdzv-id the workers agree on the id).")
-    group.add_argument("--overwrite", action="store_true",
-                       help="Reuse a --run-dir that already holds a record (the earlier record is replaced).")
-    group.add_argument("--backend", choices=BACKENDS, default=None,
-                       help="Collective backend (default: nccl where CUDA is present, else gloo).")
-    group.add_argument("--rdzv-timeout", type=float, default=DEFAULT_RDZV_TIMEOUT_S,
-                       help="Seconds to wait for all nodes to join before giving up "
-                       f"(default: {DEFAULT_RDZV_TIMEOUT_S:g}).")
-    group.add_argument("--no-agent", action="store_true",
-                       help="Do not measure the script's steps with dtpo's in-process agent (on by default: it "
-                       "counts optimizer steps, batches and DDP communication of an unmodified PyTorch script).")
-    group.add_argument("--tune", default=None, metavar="KNOB",
-                       help="Tune while the script trains, through the agent: power-limit, sm-clock, both (toward "
-                       "--cost) or stragglers (DDP ranks that only wait lock their SM clock lower).")
-    group.add_argument("--cost", default=None, metavar="METRIC",
-                       help="The cost the tuner minimises (default: zeus:0.5; see `dtpo train --help`).")
-    group.add_argument("--knob-mode", choices=KNOB_MODES, default=None,
-                       help="apply (change the GPUs), dry-run (log the changes) or observe (read only).")
-    group.add_argument("--metrics-addr", default=None, metavar="[HOST:]PORT",
-                       help="Serve live Prometheus metrics of the agent's measurements at this address.")
-    return parser
-
-
-def parse_launch_args(argv: list[str]) -> argparse.Namespace:
-    """Parse ``dtpo launch`` arguments, raising :class:`LaunchError` on malformed ones."""
-    args = build_parser().parse_args(argv)
-    _validate(args)
-    return args
 
 
 @dataclass(frozen=True)
@@ -147,7 +87,7 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
     """Start the workers of this node and wait for them.
 
     Args:
-        args: Parsed by :func:`parse_launch_args`.
+        args: Parsed by :func:`~dtpo.distributed.launch_args.parse_launch_args`.
         config: The run's configuration file the workers read (``dtpo train``, the agent); ``None`` passes on the
             one the environment names, if any.
         agent_path: The folder of the agent's ``sitecustomize``, put first on the workers' ``PYTHONPATH`` and
@@ -185,7 +125,7 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
         env["PYTHONPATH"] = os.pathsep.join([str(agent_path), *filter(None, [os.environ.get("PYTHONPATH")])])
     if _restarts_possible(args) and SHARED_STORE_ENV not in os.environ:
         env[SHARED_STORE_ENV] = "1"
-    _apply_rdzv_timeout(args)
+    apply_rdzv_timeout(args)
     endpoint = torchrun.get_rdzv_endpoint(args) if not args.standalone else "localhost:0"
     watcher = _AgentWatcher()
     failed, message, signum = False, None, None
@@ -235,127 +175,6 @@ def _restarts_possible(args: argparse.Namespace) -> bool:
     except (RuntimeError, ValueError):
         min_nodes = max_nodes = 1
     return args.max_restarts > 0 or min_nodes != max_nodes
-
-
-def _validate(args: argparse.Namespace) -> None:
-    """Check what can be checked before any process starts; each problem is one line naming its flag."""
-    try:
-        min_nodes, max_nodes = torchrun.parse_min_max_nnodes(args.nnodes)
-    except (RuntimeError, ValueError):
-        min_nodes = max_nodes = 0
-    if not 0 < min_nodes <= max_nodes:
-        raise LaunchError(f"--nnodes must be N or MIN:MAX with 1 <= MIN <= MAX, got {args.nnodes!r}")
-    nproc = str(args.nproc_per_node)
-    if nproc not in ("auto", "cpu", "gpu", "xpu") and not (nproc.isdigit() and int(nproc) > 0):
-        raise LaunchError(f"--nproc-per-node must be a positive integer or auto|cpu|gpu, got {nproc!r}")
-    if not (math.isfinite(args.rdzv_timeout) and 0 < args.rdzv_timeout <= MAX_RDZV_TIMEOUT_S):
-        raise LaunchError(f"--rdzv-timeout must be a positive number of seconds (at most {MAX_RDZV_TIMEOUT_S:.0f}), "
-                          f"got {args.rdzv_timeout:g}")
-    if not (math.isfinite(args.monitor_interval) and args.monitor_interval > 0):
-        raise LaunchError(f"--monitor-interval must be a positive number of seconds, got {args.monitor_interval:g}")
-    if args.max_restarts < 0:
-        raise LaunchError(f"--max-restarts must be >= 0, got {args.max_restarts}")
-    if args.standalone and max_nodes > 1:
-        raise LaunchError(f"--standalone runs on one node, but --nnodes is {args.nnodes!r}: drop one of them")
-    backends = set(getattr(rendezvous_handler_registry, "_registry", {})) or {"static", "c10d", "etcd", "etcd-v2"}
-    if not args.standalone and args.rdzv_backend not in backends:
-        raise LaunchError(f"--rdzv-backend must be one of {', '.join(sorted(backends))}, got {args.rdzv_backend!r}")
-    if args.master_port is not None and not 0 < args.master_port < 2**16:
-        raise LaunchError(f"--master-port must be a port number in 1-65535, got {args.master_port}")
-    if args.node_rank < 0 or (args.rdzv_backend == "static" and not args.standalone and args.node_rank >= max_nodes):
-        raise LaunchError(f"--node-rank must be in 0..{max_nodes - 1} with --nnodes {args.nnodes}, "
-                          f"got {args.node_rank}")
-    _validate_rdzv_conf(args.rdzv_conf)
-    if args.run_dir is not None and not str(args.run_dir).strip():
-        raise LaunchError("--run-dir must name a directory, got an empty string")
-    _validate_entrypoint(args)
-    _validate_tuning(args)
-    if not args.standalone:
-        _validate_endpoint(args, max_nodes)
-
-
-def _validate_tuning(args: argparse.Namespace) -> None:
-    """``--tune`` names what the agent can tune; it and ``--metrics-addr`` need the agent."""
-    if args.metrics_addr is not None and args.no_agent:
-        raise LaunchError("--metrics-addr needs the agent: drop --no-agent (or use dtpo.Session in the script)")
-    knob = args.tune
-    if knob is None:
-        if args.cost is not None or args.knob_mode is not None:
-            raise LaunchError("--cost and --knob-mode go with --tune")
-        return
-    if args.no_agent:
-        raise LaunchError("--tune needs the agent: drop --no-agent (or use dtpo.Session in the script)")
-    parts = {part.strip() for part in knob.split(",")}
-    if parts & set(JOB_KNOBS):
-        raise LaunchError(f"--tune {knob}: the job knobs ({', '.join(JOB_KNOBS)}) change the script's numerics, "
-                          "so only a script written with dtpo.Session can tune them; an unmodified script tunes "
-                          f"{', '.join(TUNE_KNOBS)} or stragglers")
-    if knob not in (*TUNE_KNOBS, "stragglers"):
-        raise LaunchError(f"--tune must be one of {', '.join((*TUNE_KNOBS, 'stragglers'))}, got {knob!r}")
-
-
-def _validate_rdzv_conf(text: str) -> None:
-    """``--rdzv-conf key=value,...``: well formed, with integers and booleans where torch expects them."""
-    if not text.strip():
-        return
-    for item in text.split(","):
-        key, sep, value = (part.strip() for part in item.partition("="))
-        if not key or not sep or not value:
-            raise LaunchError(f"--rdzv-conf must be KEY=VALUE[,KEY=VALUE...], got {text!r}")
-        if _INT_CONF.fullmatch(key) and not (value.isdigit() and int(value) > 0):
-            raise LaunchError(f"--rdzv-conf {key} must be a positive integer, got {value!r}")
-        if key in _BOOL_CONF and value.lower() not in _BOOL_WORDS:
-            raise LaunchError(f"--rdzv-conf {key} must be true or false, got {value!r}")
-
-
-def _validate_entrypoint(args: argparse.Namespace) -> None:
-    """The script exists, or the ``-m`` module can be found where the workers will look for it."""
-    if args.no_python:
-        if args.module:
-            raise LaunchError("--no-python and -m/--module cannot be used together")
-        if shutil.which(args.training_script) is None and not Path(args.training_script).is_file():
-            raise LaunchError(f"program {args.training_script!r} (--no-python) was not found")
-        return
-    if args.module:
-        top = args.training_script.split(".", 1)[0]
-        search = [os.getcwd(), *(p for p in sys.path if p)]
-        if not top or importlib.machinery.PathFinder.find_spec(top, search) is None and top not in sys.modules:
-            raise LaunchError(f"module {args.training_script!r} (-m) was not found: no module named {top!r}")
-        return
-    if not Path(args.training_script).is_file():
-        raise LaunchError(f"training script {args.training_script!r} does not exist")
-
-
-def _validate_endpoint(args: argparse.Namespace, max_nodes: int) -> None:
-    """The rendezvous endpoint parses as HOST:PORT and, with several nodes, its host resolves."""
-    if args.rdzv_endpoint:
-        flag, endpoint = "--rdzv-endpoint", args.rdzv_endpoint
-    elif args.rdzv_backend == "static":
-        flag, endpoint = "--master-addr/--master-port", f"{args.master_addr}:{args.master_port or 29500}"
-    else:
-        if max_nodes > 1:
-            raise LaunchError(f"--rdzv-endpoint HOST:PORT is needed with --rdzv-backend {args.rdzv_backend}")
-        return
-    try:
-        host, _ = parse_rendezvous_endpoint(endpoint, default_port=29400)
-    except ValueError:
-        raise LaunchError(f"{flag} must be HOST:PORT with a port in 0-65535, got {endpoint!r}") from None
-    if max_nodes > 1:
-        try:
-            socket.getaddrinfo(host, None)
-        except OSError:
-            raise LaunchError(f"cannot resolve the rendezvous host {host!r} in {endpoint!r}") from None
-
-
-def _apply_rdzv_timeout(args: argparse.Namespace) -> None:
-    """Translate ``--rdzv-timeout`` into each rendezvous backend's own settings, unless given already."""
-    conf = dict(item.split("=", 1) for item in args.rdzv_conf.split(",") if "=" in item)
-    seconds = str(max(1, round(args.rdzv_timeout)))
-    keys = ("timeout",) if args.rdzv_backend == "static" and not args.standalone else (
-        "join_timeout", "read_timeout")
-    for key in keys:
-        conf.setdefault(key, seconds)
-    args.rdzv_conf = ",".join(f"{k}={v}" for k, v in conf.items())
 
 
 # --- where the run directory comes from ---------------------------------------------------------------------

@@ -7,17 +7,22 @@ would have (an error in it is reported in one line as the user's own, and the sc
 
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+AGENT_ENV = "DTPO_AGENT"  # dtpo.core.launch_contract.AGENT_ENV, read here without importing dtpo
+_log = logging.getLogger("dtpo.agent.boot")  # dtpo's format once the agent is awake, else the bare message
 
 
 def _wake_agent() -> None:
+    if not os.environ.get(AGENT_ENV):  # the script's own child processes: nothing of dtpo is imported
+        return
     try:
         from dtpo.agent.activation import start
     except Exception as exc:  # noqa: BLE001 - a broken dtpo must not stop the script
-        print(f"dtpo agent: not started ({type(exc).__name__}: {exc})", file=sys.stderr)
+        _log.warning("dtpo agent: not started (%s: %s)", type(exc).__name__, exc)
         return
     start()
 
@@ -33,8 +38,8 @@ def _chain() -> None:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - Python itself goes on after a failing sitecustomize
-        print(f"your sitecustomize {spec.origin} raised {type(exc).__name__}: {exc} (not dtpo's error; the script "
-              "runs without the rest of it, as Python does)", file=sys.stderr)
+        _log.warning("your sitecustomize %s raised %s: %s (not dtpo's error; the script runs without the rest of "
+                     "it, as Python does)", spec.origin, type(exc).__name__, exc)
 
 
 _wake_agent()
