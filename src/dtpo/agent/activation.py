@@ -18,10 +18,10 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-from dtpo.agent.post_import import when_imported
 from dtpo.core.errors import ConfigError
-from dtpo.core.launch_contract import AGENT_ENV, LaunchContract
+from dtpo.core.launch_contract import AGENT_ENV, FRAMEWORK_ENV, LaunchContract
 from dtpo.core.logs import configure_logging
+from dtpo.core.post_import import when_imported
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,21 @@ def start() -> bool:
             configure_logging()
             log.warning("agent: %s; this worker is not measured", exc)
         return False
+    runs_on = "torch"
+    if contract.framework is not None:
+        os.environ.pop(FRAMEWORK_ENV, None)
+        configure_logging()
+        from dtpo.frameworks.bootstrap import prepare
+
+        runs_on = prepare(contract)
     if not contract.agent:
         return False
     os.environ.pop(AGENT_ENV, None)
     configure_logging()
     agent = Agent(contract, samples)
-    when_imported("torch", agent.torch_imported)
+    if runs_on == "torch":
+        when_imported("torch", agent.torch_imported)
+    when_imported("keras", agent.keras_imported)
     return True
 
 
@@ -96,6 +105,16 @@ class Agent:
             previous(kind, value, tb)
 
         sys.excepthook = excepthook
+
+    def keras_imported(self, keras: ModuleType) -> None:
+        """Have every ``Model.fit`` report its steps through dtpo's Keras callback (``import keras`` has just
+        finished); a fit that already has one keeps its own."""
+        try:
+            from dtpo.frameworks.keras_fit import measure_fit
+
+            measure_fit(keras, self.samples, self.contract.config)
+        except Exception as exc:  # noqa: BLE001 - never fail the script's own import of keras
+            log.warning("agent: cannot hook into Keras (%s: %s); Model.fit runs unmeasured", type(exc).__name__, exc)
 
     def open_run(self, tracker: Any) -> Any:
         """The run, made at the end of the first iteration; ``None`` where the agent stands aside."""

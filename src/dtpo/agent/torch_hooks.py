@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-from dtpo.agent.post_import import when_imported
+from dtpo.core.post_import import when_imported
 
 log = logging.getLogger(__name__)
 

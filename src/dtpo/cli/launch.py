@@ -16,10 +16,11 @@ from dtpo.core.config import CONFIG_FILE, RunConfig
 
 log = logging.getLogger(__name__)
 
-HELP = ("Run SCRIPT on many processes and machines through torch.distributed.run, measured per step with no code "
-        "change (--no-agent: not measured). Takes every torchrun flag (--nnodes, --nproc-per-node, --node-rank, "
-        "--rdzv-*, --max-restarts, --standalone, --master-addr, --master-port) and dtpo's --run-dir, --overwrite, "
-        "--backend, --rdzv-timeout, --tune, --cost, --knob-mode, --metrics-addr. `dtpo launch --help` lists them all.")
+HELP = ("Run SCRIPT (PyTorch, JAX, TensorFlow or Keras: --framework) on many processes and machines through "
+        "torch.distributed.run, measured per step with no code change (--no-agent: not measured). Takes every "
+        "torchrun flag (--nnodes, --nproc-per-node, --node-rank, --rdzv-*, --max-restarts, --standalone, "
+        "--master-addr, --master-port) and dtpo's --run-dir, --overwrite, --backend, --rdzv-timeout, --framework, "
+        "--coordinator-port, --tune, --cost, --knob-mode, --metrics-addr. `dtpo launch --help` lists them all.")
 
 
 def launch_command(ctx: typer.Context) -> None:
@@ -35,7 +36,7 @@ def launch_command(ctx: typer.Context) -> None:
         samples_per_step()  # a bad DTPO_SAMPLES_PER_STEP stops here, in one line
     with tempfile.TemporaryDirectory(prefix="dtpo-launch-config-") as scratch:
         config = agent_config(args, Path(scratch)) if agent else None
-        outcome = launch(args, config=config, agent_path=BOOT_DIR if agent else None)
+        outcome = launch(args, config=config, agent_path=BOOT_DIR)
     record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None
     if record is not None and outcome.run_dir is not None:
         register_record(record, outcome.run_dir)

@@ -21,6 +21,7 @@ from typing import Any
 
 from dtpo.core.config import BACKENDS
 from dtpo.core.errors import ConfigError
+from dtpo.core.frameworks import FRAMEWORKS
 
 CONFIG_ENV = "DTPO_CONFIG"
 LAUNCHED_ENV = "DTPO_LAUNCHED"
@@ -30,6 +31,8 @@ RUN_ROOT_ENV = "DTPO_RUN_ROOT"
 RUN_POINTER_ENV = "DTPO_RUN_POINTER"
 BACKEND_ENV = "DTPO_BACKEND"
 AGENT_ENV = "DTPO_AGENT"
+FRAMEWORK_ENV = "DTPO_FRAMEWORK"
+COORDINATOR_PORT_ENV = "DTPO_COORDINATOR_PORT"
 _TRUE, _FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
 
 
@@ -48,6 +51,10 @@ class LaunchContract:
         backend: The collective backend the workers use (one of ``BACKENDS``) instead of the device's default.
         agent: The in-process agent (:mod:`dtpo.agent`) measures the workers' own training loop: ``dtpo launch``
             puts its ``sitecustomize`` first on their ``PYTHONPATH``, and this flag is what wakes it.
+        framework: What the script computes with, where it is not PyTorch (``jax``, ``tensorflow``, ``keras``):
+            the same ``sitecustomize`` prepares each worker as that framework needs (:mod:`dtpo.frameworks`).
+        coordinator_port: The port of the framework's own coordinator (JAX's, on rank 0's node; TensorFlow's
+            workers take this port plus their local rank), where the user chose it; else a free one is taken.
     """
 
     config: Path | None = None
@@ -58,8 +65,18 @@ class LaunchContract:
     run_pointer: Path | None = None
     backend: str | None = None
     agent: bool = False
+    framework: str | None = None
+    coordinator_port: int | None = None
 
     def __post_init__(self) -> None:
+        if self.framework is not None and self.framework not in FRAMEWORKS:
+            raise ConfigError(f"{FRAMEWORK_ENV}={self.framework!r} is not a framework (choose from: "
+                              f"{', '.join(FRAMEWORKS)})")
+        if self.coordinator_port is not None:
+            port = str(self.coordinator_port).strip()
+            if not port.isdigit() or not 0 < int(port) < 2**16:
+                raise ConfigError(f"{COORDINATOR_PORT_ENV}={self.coordinator_port!r} is not a port number (1-65535)")
+            object.__setattr__(self, "coordinator_port", int(port))
         if self.backend is not None and self.backend not in BACKENDS:
             raise ConfigError(f"{BACKEND_ENV}={self.backend!r} is not a backend (choose from: {', '.join(BACKENDS)})")
         if self.launcher is not None and (not self.launcher.strip() or "\n" in self.launcher):
@@ -93,7 +110,7 @@ class LaunchContract:
 
 _NAMES = {"config": CONFIG_ENV, "launched": LAUNCHED_ENV, "launcher": LAUNCHER_ENV, "run_dir": RUN_DIR_ENV,
           "run_root": RUN_ROOT_ENV, "run_pointer": RUN_POINTER_ENV, "backend": BACKEND_ENV,
-          "agent": AGENT_ENV}
+          "agent": AGENT_ENV, "framework": FRAMEWORK_ENV, "coordinator_port": COORDINATOR_PORT_ENV}
 ENVIRON_NAMES: tuple[str, ...] = tuple(_NAMES.values())
 """The variables of the contract, in field order."""
 

@@ -43,6 +43,11 @@ class StepStream:
         self._listened = 0
 
     @property
+    def open_steps(self) -> int:
+        """Measured steps waiting in the open window."""
+        return len(self._open)
+
+    @property
     def window_open(self) -> bool:
         """Whether measured steps wait for their window to close."""
         return bool(self._open)

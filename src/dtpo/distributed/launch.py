@@ -91,7 +91,8 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
         config: The run's configuration file the workers read (``dtpo train``, the agent); ``None`` passes on the
             one the environment names, if any.
         agent_path: The folder of the agent's ``sitecustomize``, put first on the workers' ``PYTHONPATH`` and
-            woken by the contract's ``agent`` flag; ``None`` (or ``--no-agent``): no agent.
+            woken by the contract's ``agent`` flag (or its ``framework``: the workers of a JAX or TensorFlow
+            script are prepared there even with ``--no-agent``); ``None``: neither.
 
     Returns:
         The outcome, also for failed and interrupted runs. Rendezvous failures and a bad ``--run-dir``
@@ -117,11 +118,13 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
         where = {"run_dir": run_dir}
         log_path = run_dir / LAUNCHER_LOG
     agent = agent_path is not None and not args.no_agent
+    framework = getattr(args, "framework", "torch")
+    framework = None if framework == "torch" else framework
     contract = LaunchContract(config=config or inherited.config, launched=True,
-                              backend=args.backend or inherited.backend, agent=agent, **where)
+                              backend=args.backend or inherited.backend, agent=agent, framework=framework,
+                              coordinator_port=getattr(args, "coordinator_port", None), **where)
     env = contract.to_environ()
-    if agent:
-        assert agent_path is not None
+    if agent_path is not None and (agent or framework is not None):  # the framework's set-up needs it too
         env["PYTHONPATH"] = os.pathsep.join([str(agent_path), *filter(None, [os.environ.get("PYTHONPATH")])])
     if _restarts_possible(args) and SHARED_STORE_ENV not in os.environ:
         env[SHARED_STORE_ENV] = "1"

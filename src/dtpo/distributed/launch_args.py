@@ -18,7 +18,8 @@ from torch.distributed.elastic.rendezvous.api import rendezvous_handler_registry
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
 from dtpo.core.config import BACKENDS, JOB_KNOBS, KNOB_MODES, TUNE_KNOBS
-from dtpo.core.errors import LaunchError
+from dtpo.core.errors import ConfigError, LaunchError
+from dtpo.core.frameworks import FRAMEWORKS, computes_on, require
 
 DEFAULT_RDZV_TIMEOUT_S = 300.0
 MAX_RDZV_TIMEOUT_S = 30 * 24 * 3600.0
@@ -60,6 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-agent", action="store_true",
                        help="Do not measure the script's steps with dtpo's in-process agent (on by default: it "
                        "counts optimizer steps, batches and DDP communication of an unmodified PyTorch script).")
+    group.add_argument("--framework", default="torch", metavar="NAME",
+                       help=f"What the script computes with: {', '.join(FRAMEWORKS)} (default: torch). Each worker "
+                       "gets what its framework needs to meet the others (JAX: the coordinator address, process count "
+                       "and id, CPU collectives; TensorFlow: its TF_CONFIG; Keras: as its KERAS_BACKEND).")
+    group.add_argument("--coordinator-port", type=int, default=None, metavar="PORT",
+                       help="JAX's coordinator port on rank 0's node; TensorFlow's workers listen on PORT + local "
+                       "rank (default: free ports the workers choose).")
     group.add_argument("--tune", default=None, metavar="KNOB",
                        help="Tune while the script trains, through the agent: power-limit, sm-clock, both (toward "
                        "--cost) or stragglers (DDP ranks that only wait lock their SM clock lower).")
@@ -111,6 +119,7 @@ def _validate(args: argparse.Namespace) -> None:
     if args.run_dir is not None and not str(args.run_dir).strip():
         raise LaunchError("--run-dir must name a directory, got an empty string")
     _validate_entrypoint(args)
+    _validate_framework(args)
     _validate_tuning(args)
     if not args.standalone:
         _validate_endpoint(args, max_nodes)
@@ -134,6 +143,50 @@ def _validate_tuning(args: argparse.Namespace) -> None:
                           f"{', '.join(TUNE_KNOBS)} or stragglers")
     if knob not in (*TUNE_KNOBS, "stragglers"):
         raise LaunchError(f"--tune must be one of {', '.join((*TUNE_KNOBS, 'stragglers'))}, got {knob!r}")
+
+
+def _validate_framework(args: argparse.Namespace) -> None:
+    """``--framework`` is known and installed; a ``TF_CONFIG`` of the user's is not silently replaced; a chosen
+    ``--coordinator-port`` is free here."""
+    try:
+        require(args.framework)
+    except ConfigError as exc:
+        raise LaunchError(str(exc)) from None
+    runs_on = computes_on(args.framework)
+    if runs_on == "tensorflow" and os.environ.get("TF_CONFIG", "").strip():
+        raise LaunchError("TF_CONFIG is already set, but dtpo launch writes each worker's own TF_CONFIG for "
+                          "MultiWorkerMirroredStrategy (cluster and task index): unset it, or start the workers "
+                          "yourself with --no-agent under plain torchrun")
+    port = args.coordinator_port
+    if port is None:
+        return
+    if runs_on not in ("jax", "tensorflow"):
+        raise LaunchError(f"--coordinator-port is for --framework jax or tensorflow (this script computes on "
+                          f"{runs_on})")
+    if not 0 < port < 2**16:
+        raise LaunchError(f"--coordinator-port must be a port number in 1-65535, got {port}")
+    if runs_on == "jax":
+        ports = [port] if args.node_rank == 0 else []  # JAX's coordinator runs beside rank 0
+    else:
+        nproc = int(args.nproc_per_node) if str(args.nproc_per_node).isdigit() else 1
+        ports = list(range(port, port + nproc))
+    if ports and ports[-1] >= 2**16:
+        raise LaunchError(f"--coordinator-port {port}: the workers' ports {port}-{ports[-1]} pass 65535")
+    for each in ports:
+        if not port_free(each):
+            raise LaunchError(f"--coordinator-port: port {each} is in use on this machine; choose another, or "
+                              "leave the flag out and let the workers take free ports")
+
+
+def port_free(port: int) -> bool:
+    """Whether a TCP server can listen on ``port`` on every interface of this machine now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def _validate_rdzv_conf(text: str) -> None:

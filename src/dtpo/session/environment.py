@@ -15,8 +15,9 @@ from dtpo.session.loop.mfu import cpu_model
 
 
 def describe_device(device: torch.device) -> str:
-    """A readable device name, e.g. ``"cpu"`` or ``"cuda:0 (NVIDIA H100 80GB HBM3)"``."""
-    if device.type == "cuda":
+    """A readable device name, e.g. ``"cpu"`` or ``"cuda:0 (NVIDIA H100 80GB HBM3)"`` (without the name where torch
+    has not initialised CUDA: another framework computes on it, and asking would make torch a CUDA context)."""
+    if device.type == "cuda" and torch.cuda.is_initialized():
         return f"{device} ({torch.cuda.get_device_name(device)})"
     return str(device)
 

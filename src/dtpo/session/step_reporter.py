@@ -36,7 +36,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.core.logs import configure_logging
 from dtpo.core.record import RankRecord, RunRecord
 from dtpo.core.steps import SettingView, plain_step
-from dtpo.distributed.process_group import join
+from dtpo.distributed.process_group import DistContext, join
 from dtpo.session.environment import describe_device
 from dtpo.session.lifecycle import agree_on_run_dir
 from dtpo.session.stream_run import StreamProducer, StreamRun, new_record
@@ -66,6 +66,10 @@ class StepReporter(StreamProducer):
             (and its run directory, where ``run_dir`` is not given) replace the arguments above. What a plain
             loop does not say (precision, strategy) keeps the session section's defaults in the record.
         clock: Seconds for step times and the tuner's blocks (``time.perf_counter``; tests pass their own).
+        context: Where this rank sits, made by the caller (another framework's script:
+            :func:`~dtpo.frameworks.channel.framework_context`); the reporter then never waits for a CUDA device
+            through torch: the caller waits for its own device where :attr:`settles_next` says so.
+        device_name: How the record names this rank's device (default: from torch).
 
     Raises:
         ConfigError: Tuning that needs the Session's finer marks or switches (``stragglers``, job knobs).
@@ -76,7 +80,8 @@ class StepReporter(StreamProducer):
                  energy: bool | EnergyConfig = True, knobs: KnobConfig | None = None, tune: TuneConfig | None = None,
                  callbacks: Sequence[Callback] = (), progress: bool = True, summary: bool = True,
                  flush_every: int = 50, config: dict[str, Any] | None = None, run_config: RunConfig | None = None,
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter, context: DistContext | None = None,
+                 device_name: str | None = None) -> None:
         configure_logging()
         if total_steps is not None and total_steps < 0:
             raise ConfigError(f"total_steps must be >= 0, got {total_steps}")
@@ -94,10 +99,12 @@ class StepReporter(StreamProducer):
         self.target_steps = total_steps
         self.start_step = 0
         self.clock = clock
-        super().__init__(join(device, run_config.launch.backend))
+        self._sync_cuda = context is None
+        super().__init__(context if context is not None else join(device, run_config.launch.backend))
         self.run_dir = agree_on_run_dir(self.ctx, run_dir or run_config.launch.run_dir)
         record = new_record(self.ctx, self.run_dir, run_config, config)
-        rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device))
+        rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node,
+                          device_name or describe_device(self.device))
         self._run = StreamRun(self, self.ctx, self.run_dir, run_config, record, rank, callbacks, progress,
                               summary, clock=clock)
         self._step = 0
@@ -116,6 +123,24 @@ class StepReporter(StreamProducer):
     def step_count(self) -> int:
         """Steps reported so far."""
         return self._step
+
+    @property
+    def settles_next(self) -> bool:
+        """Whether the next :meth:`step` ends the warm-up, closes a window or is the last of ``total_steps``:
+        where a caller whose device runs ahead of the host (JAX, TensorFlow) must wait for the device before
+        calling it, so that each window holds its own device time (and not more often, which would serialise
+        the device)."""
+        step, warm = self._step, self.start_step + self.config.warmup_steps
+        if step < warm:
+            return step == warm - 1
+        if self.target_steps is not None and step >= self.target_steps - 1:
+            return True
+        return self._run.stream.open_steps + 1 >= self.window_steps
+
+    @property
+    def window_steps(self) -> int:
+        """Measured steps per window."""
+        return self._run.stream.window_steps
 
     # -- the loop ----------------------------------------------------------------------------------------------
 
@@ -140,7 +165,7 @@ class StepReporter(StreamProducer):
             raise RuntimeError("StepReporter.step() after finish()")
         self.start()
         assert self._step_start is not None
-        if self.device.type == "cuda":  # the host runs ahead of the GPU: the step ends when its work is done
+        if self._sync_cuda and self.device.type == "cuda":  # the host runs ahead: the step ends when its work is done
             torch.cuda.synchronize(self.device)
         step = self._step
         record = plain_step(step, step < self.start_step + self.config.warmup_steps, int(samples),

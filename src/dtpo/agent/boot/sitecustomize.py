@@ -13,11 +13,12 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 AGENT_ENV = "DTPO_AGENT"  # dtpo.core.launch_contract.AGENT_ENV, read here without importing dtpo
+FRAMEWORK_ENV = "DTPO_FRAMEWORK"  # dtpo.core.launch_contract.FRAMEWORK_ENV
 _log = logging.getLogger("dtpo.agent.boot")  # dtpo's format once the agent is awake, else the bare message
 
 
 def _wake_agent() -> None:
-    if not os.environ.get(AGENT_ENV):  # the script's own child processes: nothing of dtpo is imported
+    if not os.environ.get(AGENT_ENV) and not os.environ.get(FRAMEWORK_ENV):  # the script's own children: no dtpo
         return
     try:
         from dtpo.agent.activation import start

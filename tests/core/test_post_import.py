@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from dtpo.agent.post_import import forget, when_imported
+from dtpo.core.post_import import forget, when_imported
 
 
 def test_the_callback_runs_after_the_module_ran(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
