@@ -26,21 +26,23 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # Checks with the real parts: Debian's prometheus scraping a live run, the report in headless Chromium, concurrent
-# runs in one store, dtpo launch on unmodified Accelerate / transformers Trainer / Lightning scripts. Installs the
-# Debian packages (as root, or through sudo) and the integration and ecosystems extras where missing.
+# runs in one store, dtpo launch on unmodified Accelerate / transformers Trainer / Lightning scripts, and the other
+# frameworks (Keras on each backend, JAX, TensorFlow: pytest -m framework). Installs the Debian packages (as root, or
+# through sudo) and the integration, ecosystems and framework extras where missing.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 INTEGRATION_STAMP := $(VENV)/.dtpo-integration
 
 $(INTEGRATION_STAMP): $(STAMP)
-	$(BIN)/python -c "import playwright, accelerate, transformers, pytorch_lightning" 2>/dev/null || \
-		$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,integration,ecosystems]'
+	$(BIN)/python -c "import playwright, accelerate, transformers, pytorch_lightning, keras, jax, tensorflow" \
+		2>/dev/null || $(BIN)/python -m pip install -q -c constraints.txt \
+		-e '.[dev,integration,ecosystems,keras,jax,tensorflow-cpu]'
 	touch $(INTEGRATION_STAMP)
 
 integration: $(INTEGRATION_STAMP)
 	command -v prometheus >/dev/null && command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends prometheus chromium; }
 	$(BIN)/python -m pytest -q -p no:cacheprovider integration
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m ecosystem tests
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "ecosystem or framework" tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks integration

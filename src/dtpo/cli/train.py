@@ -66,6 +66,7 @@ def resolve(config: RunConfig) -> RunConfig:
     """
     from dtpo.workloads import with_workload_defaults  # torch: imported only by commands that train
 
+    config = check_framework(config)
     resolved = with_workload_defaults(config)
     check_tuning(resolved)
     if resolved.launch.engine == "ray":  # Ray importable, --ray-address answering: before the run dir is touched
@@ -80,6 +81,44 @@ def resolve(config: RunConfig) -> RunConfig:
 
     check_checkpoints(resolved)
     return resolved.replace(launch={"threads_per_worker": threads_per_worker(config)})
+
+
+# What only dtpo.Session does, and so only the PyTorch workloads: (section, field, its default, the flag).
+_SESSION_ONLY = (("session", "precision", "32-true", "--precision"), ("session", "strategy", "ddp", "--strategy"),
+                 ("session", "grad_accum", 1, "--grad-accum"), ("session", "compression", "none", "--compression"),
+                 ("launch", "engine", "torchrun", "--engine"), ("checkpoint", "every", None, "--checkpoint-every"))
+
+
+def check_framework(config: RunConfig) -> RunConfig:
+    """For ``--framework jax|tensorflow|keras``: the framework is installed, the workload is the MLP they all
+    have, and nothing is asked that only ``dtpo.Session`` does (precision, strategy, accumulation, compression,
+    job knobs, stragglers, Ray, checkpoints).
+
+    Returns:
+        ``config`` with the workload named ``mlp`` where it left the name at its default.
+
+    Raises:
+        ConfigError: One line naming what to change (or the extra to install).
+    """
+    framework = config.workload.framework
+    if framework == "torch":
+        return config
+    from dtpo.core.config import WorkloadConfig
+    from dtpo.core.frameworks import require
+
+    require(framework)
+    name = config.workload.name
+    if name not in ("mlp", WorkloadConfig().name):
+        raise ConfigError(f"--framework {framework} trains the built-in mlp only, got --workload {name}")
+    for section, key, default, flag_name in _SESSION_ONLY:
+        value = getattr(getattr(config, section), key, default)
+        if value != default:
+            raise ConfigError(f"{flag_name} {value} needs dtpo.Session, which trains the PyTorch workloads: drop it "
+                              f"with --framework {framework}")
+    if config.tune.job_knobs or config.tune.knob == "stragglers":
+        raise ConfigError(f"--tune {config.tune.knob} needs dtpo.Session, which trains the PyTorch workloads; "
+                          f"with --framework {framework} dtpo tunes the GPU knobs (power-limit, sm-clock)")
+    return config.replace(workload={"name": "mlp"})
 
 
 def check_tuning(config: RunConfig) -> None:
@@ -143,15 +182,25 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
 
         return launch_ray_training(config, run_dir)
     path = config.replace(launch={"run_dir": str(run_dir)}).save(run_dir / CONFIG_FILE)
-    argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir),
-            "--no-agent", "-m", "dtpo.workloads.train"]  # the workload reports through dtpo.Session
+    argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir)]
+    agent_path = None
+    framework = config.workload.framework
+    if framework == "torch":
+        argv += ["--no-agent", "-m", "dtpo.workloads.train"]  # the workload reports through dtpo.Session
+    else:  # the framework's own script, prepared by dtpo launch --framework, reports its steps itself
+        from dtpo.agent import BOOT_DIR
+        from dtpo.workloads import FRAMEWORK_WORKLOADS
+
+        workload, agent_path = config.workload, BOOT_DIR
+        argv += ["--framework", framework, "-m", FRAMEWORK_WORKLOADS[framework], "--steps", str(workload.steps),
+                 "--batch-size", str(workload.batch_size), "--lr", repr(workload.lr), "--seed", str(workload.seed)]
     if config.launch.backend:
-        argv[-2:-2] = ["--backend", config.launch.backend]
+        argv[4:4] = ["--backend", config.launch.backend]
     if config.launch.max_restarts:
-        argv[-2:-2] = ["--max-restarts", str(config.launch.max_restarts)]
+        argv[4:4] = ["--max-restarts", str(config.launch.max_restarts)]
     threads = str(config.launch.threads_per_worker or threads_per_worker(config))
     with worker_environment({"OMP_NUM_THREADS": threads}):
-        return launch(parse_launch_args(argv), config=path)
+        return launch(parse_launch_args(argv), config=path, agent_path=agent_path)
 
 
 def run_training(config: RunConfig, dry_run: bool = False) -> RunRecord:

@@ -34,6 +34,7 @@ from typing import ClassVar
 from dtpo.core.config_section import ConfigField, Section, Tree, flag, tree_fields
 from dtpo.core.config_section import field_docs as field_docs  # re-exported: the sections' documentation
 from dtpo.core.errors import ConfigError
+from dtpo.core.frameworks import FRAMEWORKS
 from dtpo.core.record import write_json_atomic
 
 CONFIG_SCHEMA = "dtpo.config/1"
@@ -74,9 +75,13 @@ class WorkloadConfig(Section):
     """AdamW learning rate (default: the workload's own)."""
     seed: int = field(default=0, metadata=flag("--seed"))
     """Seed of the model's initial weights and of the data."""
+    framework: str = field(default="torch", metadata=flag("--framework"))
+    """What the workload computes with: torch, jax, tensorflow or keras (on its KERAS_BACKEND); the others train
+    the mlp, reported through dtpo.jax / dtpo.tensorflow / dtpo.keras (install their extra)."""
 
     def __post_init__(self) -> None:
         self._check_type("name", str, False)
+        self._choice("framework", FRAMEWORKS)
         self._int("steps", 1, MAX_STEPS, optional=True)
         self._int("batch_size", 1, MAX_BATCH_SIZE, optional=True)
         self._float("lr", positive=True, maximum=1e3, optional=True)

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from dtpo.core.config import RunConfig
+from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.record import RunRecord
 from dtpo.frameworks.channel import framework_context
 from dtpo.session.step_reporter import StepReporter
@@ -32,7 +34,9 @@ class FrameworkSteps:
         device_name: How the record names the device (default: ``cuda:N`` or ``cpu``).
         total_steps: Steps the loop will run, where known.
         options: Further :class:`StepReporter` arguments (``warmup_steps``, ``window_steps``, ``run_dir``,
-            ``energy``, ``tune``, ``progress``, ``summary``, ``run_config``, ...).
+            ``energy``, ``tune``, ``progress``, ``summary``, ``run_config``, ...). Under ``dtpo launch`` with a
+            configuration (``--tune``, ``--metrics-addr``; ``dtpo train``), the launch's ``run_config`` is the
+            default.
     """
 
     def __init__(self, wait: Callable[[Any], Any], framework: str, gpu: bool = False, device_name: str | None = None,
@@ -40,6 +44,9 @@ class FrameworkSteps:
         self.wait = wait
         self.framework = framework
         config = {"framework": framework, **(options.pop("config", None) or {})}
+        contract = LaunchContract.from_environ()
+        if "run_config" not in options and contract.config is not None:
+            options["run_config"] = RunConfig.load(contract.config)
         ctx = framework_context(gpu)
         self.reporter = StepReporter(total_steps, context=ctx, device_name=device_name or f"{ctx.device} ({framework})",
                                      config=config, **options)

@@ -9,6 +9,9 @@ All data is generated or read from files that ship with Python, so every workloa
 * ``lm``: a small GPT on the bytes of the standard library's source (:class:`~dtpo.workloads.lm.CharLM`).
 * ``mlp``: an MLP learning a random teacher's labels (:class:`~dtpo.workloads.mlp.SyntheticMLP`).
 * ``cnn``: a conv net on noisy, shifted class patterns (:class:`~dtpo.workloads.cnn.SyntheticCNN`).
+
+The other frameworks' built-in workload is an MLP on synthetic data, one script each, launched by
+``dtpo train --framework`` through ``dtpo launch --framework`` (:data:`FRAMEWORK_WORKLOADS`).
 """
 
 from __future__ import annotations
@@ -20,10 +23,14 @@ from dtpo.workloads.cnn import SyntheticCNN
 from dtpo.workloads.lm import CharLM
 from dtpo.workloads.mlp import SyntheticMLP
 
-__all__ = ["WORKLOADS", "Batch", "CharLM", "SyntheticCNN", "SyntheticMLP", "Workload", "get_workload",
+__all__ = ["FRAMEWORK_WORKLOADS", "WORKLOADS", "Batch", "CharLM", "SyntheticCNN", "SyntheticMLP", "Workload", "get_workload",
            "with_workload_defaults"]
 
 WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (CharLM, SyntheticCNN, SyntheticMLP)}
+
+FRAMEWORK_WORKLOADS: dict[str, str] = {"jax": "dtpo.workloads.jax_mlp", "tensorflow": "dtpo.workloads.tf_mlp",
+                                       "keras": "dtpo.workloads.keras_mlp"}
+"""The module ``dtpo train --framework NAME`` runs (``python -m MODULE --steps --batch-size --lr --seed``)."""
 
 
 def get_workload(name: str) -> Workload:
