@@ -14,5 +14,6 @@ from dtpo.core.frameworks import EXTRAS, installed
 
 def needs(framework: str) -> pytest.MarkDecorator:
     """Skip unless ``framework`` (``jax``, ``tensorflow``, ``keras``) is installed, naming the extra."""
+    extra = EXTRAS[framework]
     return pytest.mark.skipif(not installed(framework),
-                              reason=f"{framework} is not installed (make integration installs dtpo[{EXTRAS[framework]}])")
+                              reason=f"{framework} is not installed (make integration installs dtpo[{extra}])")

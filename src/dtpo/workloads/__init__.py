@@ -30,7 +30,7 @@ WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (CharLM, Synthe
 
 FRAMEWORK_WORKLOADS: dict[str, str] = {"jax": "dtpo.workloads.jax_mlp", "tensorflow": "dtpo.workloads.tf_mlp",
                                        "keras": "dtpo.workloads.keras_mlp"}
-"""The module ``dtpo train --framework NAME`` runs (``python -m MODULE --steps --batch-size --lr --seed``)."""
+"""The module ``dtpo train --framework NAME`` runs, as ``python -m MODULE --steps --batch-size --lr --seed``."""
 
 
 def get_workload(name: str) -> Workload:
