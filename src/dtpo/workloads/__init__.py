@@ -23,8 +23,8 @@ from dtpo.workloads.cnn import SyntheticCNN
 from dtpo.workloads.lm import CharLM
 from dtpo.workloads.mlp import SyntheticMLP
 
-__all__ = ["FRAMEWORK_WORKLOADS", "WORKLOADS", "Batch", "CharLM", "SyntheticCNN", "SyntheticMLP", "Workload", "get_workload",
-           "with_workload_defaults"]
+__all__ = ["FRAMEWORK_WORKLOADS", "WORKLOADS", "Batch", "CharLM", "SyntheticCNN", "SyntheticMLP", "Workload",
+           "get_workload", "with_workload_defaults"]
 
 WORKLOADS: dict[str, type[Workload]] = {cls.name: cls for cls in (CharLM, SyntheticCNN, SyntheticMLP)}
 
