@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -265,7 +266,16 @@ class StepTracker:
         self.sink.step_closed(record)
 
 
+# Set for every rank by launchers whose ranks torch.distributed does not see (horovodrun, mpirun).
+_OTHER_WORLD_SIZES = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
 def _distributed() -> bool:
+    """Whether other ranks take part: a torch process group of several, or a launcher's world (Horovod's ranks
+    are no torch group; their sync wait and exposed communication are then not measured, never a measured 0)."""
     import torch.distributed as dist
 
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return True
+    return any(os.environ.get(name, "1").strip().isdigit() and int(os.environ[name]) > 1
+               for name in _OTHER_WORLD_SIZES if name in os.environ)

@@ -1,4 +1,5 @@
-"""The ``dtpo`` command: launch, train, bench, monitor, simulate, plan, report, dashboard, runs, restore.
+"""The ``dtpo`` command: launch, train, bench, monitor, simulate, plan, report, dashboard, runs, restore,
+horovod-timeline.
 
 Errors a user can cause end in one line on stderr and exit code 2, never a traceback; an interrupt ends
 with one line and 130 (SIGINT) or 143 (SIGTERM).
@@ -16,6 +17,7 @@ from typer.exceptions import TyperException
 import dtpo
 from dtpo.cli.bench import bench_command
 from dtpo.cli.dashboard import dashboard_command
+from dtpo.cli.horovod import horovod_command
 from dtpo.cli.launch import HELP as LAUNCH_HELP
 from dtpo.cli.launch import launch_command
 from dtpo.cli.monitor import monitor_command
@@ -45,6 +47,7 @@ app.command("restore", context_settings=CONTEXT)(restore_command)
 app.command("plan", context_settings=CONTEXT)(plan_command)
 app.command("report", context_settings=CONTEXT)(report_command)
 app.command("dashboard", context_settings=CONTEXT)(dashboard_command)
+app.command("horovod-timeline", context_settings=CONTEXT)(horovod_command)
 app.add_typer(simulate_app, name="simulate", context_settings=CONTEXT)
 app.add_typer(runs_app, name="runs")
 
@@ -123,7 +126,8 @@ def build_cli() -> Any:
     return command
 
 
-HELP_ORDER = ("launch", "train", "bench", "monitor", "restore", "simulate", "plan", "report", "dashboard", "runs")
+HELP_ORDER = ("launch", "train", "bench", "monitor", "restore", "simulate", "plan", "report", "dashboard", "runs",
+              "horovod-timeline")
 
 
 def _help_position(name: str) -> int:
