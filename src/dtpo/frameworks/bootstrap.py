@@ -7,7 +7,8 @@ opens dtpo's gloo channel (:mod:`~dtpo.frameworks.channel`) and, over it:
 * **JAX**: rank 0 takes the coordinator's port (``--coordinator-port``, else a free one) and tells every rank
   the address, set as ``JAX_COORDINATOR_ADDRESS``; ``jax.distributed.initialize()`` called without arguments
   then gets the process count and id from torchrun's ``WORLD_SIZE`` and ``RANK`` (its missing arguments are
-  filled in once ``import jax`` finishes), and CPU collectives across processes go over gloo.
+  filled in once ``import jax`` finishes), CPU collectives across processes go over gloo, and each process of a
+  node takes the GPU of its local rank (``JAX_LOCAL_DEVICE_IDS``), unless ``CUDA_VISIBLE_DEVICES`` says otherwise.
 * **TensorFlow**: every rank takes a port (``--coordinator-port`` + local rank, else a free one) and the ranks
   gather each other's ``host:port`` into the ``TF_CONFIG`` that ``MultiWorkerMirroredStrategy`` reads.
 * **Keras**: as the framework its ``KERAS_BACKEND`` names (on PyTorch: nothing to prepare).
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 JAX_COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
 JAX_COLLECTIVES_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
+JAX_DEVICES_ENV = "JAX_LOCAL_DEVICE_IDS"
 TF_CONFIG_ENV = "TF_CONFIG"
 _TRACKERS = {"jax": "dtpo.jax.Tracker", "tensorflow": "dtpo.tensorflow.Tracker (or Keras's Model.fit)"}
 
@@ -68,6 +70,9 @@ def prepare_jax(port: int | None) -> None:
         _broadcast(address)
         os.environ.setdefault(JAX_COORDINATOR_ENV, str(address[0]))
     os.environ.setdefault(JAX_COLLECTIVES_ENV, "gloo")
+    if int(os.environ.get("LOCAL_WORLD_SIZE", 1) or 1) > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        # one GPU per process, the one dtpo measures (cuda:LOCAL_RANK); no effect on CPU
+        os.environ.setdefault(JAX_DEVICES_ENV, os.environ.get("LOCAL_RANK", "0"))
     when_imported("jax", fill_initialize)
 
 

@@ -94,8 +94,15 @@ def totals_table(record: RunRecord) -> Table:
         ("sync latency (mean)", format_value(t.get("sync_latency_s"))),
         ("data-loading share", format_value(t.get("data_wait_fraction"))),
     ]
+    framework = (record.config.get("user") or {}).get("framework") if isinstance(record.config, dict) else None
+    wall, steps = (t.get("wall_s"), t.get("measured_steps"))
+    if framework and wall is not None and steps is not None and wall.value and steps.value:
+        # asynchronous dispatch: a step's own time is when the host queued it; the device is waited for at the
+        # end of each window, so only the mean over whole windows is the device's pace
+        rows[3] = ("step time (mean)", f"{format_value(Measurement(wall.value / steps.value, 's'))} ({framework} "
+                   "dispatches asynchronously: per-step times are when the host queued each step)")
     threads = record.environment.get("torch_threads")
-    if threads is not None:
+    if threads is not None and not framework:
         rows.insert(1, ("threads per worker", str(threads)))
     if "loss_first" in t and "loss_last" in t:
         rows.append(("loss", f"{_loss(t['loss_first'])} -> {_loss(t['loss_last'])}"))
