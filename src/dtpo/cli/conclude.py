@@ -114,9 +114,10 @@ class RunEnded(DtpoError):
         self.exit_code = exit_code
 
 
-def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None = None, agent: bool = False) -> None:
+def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None = None, agent: bool = False,
+            framework: str = "torch") -> None:
     """Say in one line how a launch ended when it did not simply complete with a record (``agent``: the script
-    was measured by the in-process agent).
+    was measured by the in-process agent; ``framework``: what it computes with).
 
     Raises:
         RunEnded: The run was interrupted (exit code 128 + the signal), diverged or failed (exit code 1).
@@ -140,6 +141,8 @@ def end_run(outcome: LaunchOutcome, record: RunRecord | None, script: str | None
     if not outcome.recorded:
         if script is None:
             raise RunEnded(f"the workers finished but recorded nothing; {where}", 1)
+        if agent and framework != "torch":  # the worker said which tracker to call (dtpo.frameworks.bootstrap)
+            return
         if agent:
             log.warning("the workers finished, but nothing was recorded: %s never stepped a torch optimizer "
                         "(inference only?), so there were no training steps to measure", script)

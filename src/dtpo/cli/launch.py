@@ -13,6 +13,7 @@ import typer
 from dtpo.cli.conclude import conclude_run, end_run
 from dtpo.cli.register import register_record
 from dtpo.core.config import CONFIG_FILE, RunConfig
+from dtpo.core.frameworks import computes_on
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def launch_command(ctx: typer.Context) -> None:
     record = conclude_run(outcome) if outcome.recorded and outcome.run_dir is not None else None
     if record is not None and outcome.run_dir is not None:
         register_record(record, outcome.run_dir)
-    end_run(outcome, record, args.training_script, agent=agent)
+    end_run(outcome, record, args.training_script, agent=agent, framework=computes_on(args.framework))
 
 
 def agent_config(args: argparse.Namespace, folder: Path) -> Path | None:

@@ -68,6 +68,8 @@ def resolve(config: RunConfig) -> RunConfig:
 
     config = check_framework(config)
     resolved = with_workload_defaults(config)
+    if config.workload.framework != "torch":  # their scripts have their own learning rate (SGD, not AdamW)
+        resolved = resolved.replace(workload={"lr": config.workload.lr})
     check_tuning(resolved)
     if resolved.launch.engine == "ray":  # Ray importable, --ray-address answering: before the run dir is touched
         from dtpo.cli.ray_launch import check_ray_engine
@@ -193,7 +195,9 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
 
         workload, agent_path = config.workload, BOOT_DIR
         argv += ["--framework", framework, "-m", FRAMEWORK_WORKLOADS[framework], "--steps", str(workload.steps),
-                 "--batch-size", str(workload.batch_size), "--lr", repr(workload.lr), "--seed", str(workload.seed)]
+                 "--batch-size", str(workload.batch_size), "--seed", str(workload.seed)]
+        if workload.lr is not None:
+            argv += ["--lr", repr(workload.lr)]
     if config.launch.backend:
         argv[4:4] = ["--backend", config.launch.backend]
     if config.launch.max_restarts:

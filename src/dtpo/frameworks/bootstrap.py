@@ -10,7 +10,9 @@ opens dtpo's gloo channel (:mod:`~dtpo.frameworks.channel`) and, over it:
   filled in once ``import jax`` finishes), CPU collectives across processes go over gloo, and each process of a
   node takes the GPU of its local rank (``JAX_LOCAL_DEVICE_IDS``), unless ``CUDA_VISIBLE_DEVICES`` says otherwise.
 * **TensorFlow**: every rank takes a port (``--coordinator-port`` + local rank, else a free one) and the ranks
-  gather each other's ``host:port`` into the ``TF_CONFIG`` that ``MultiWorkerMirroredStrategy`` reads.
+  gather each other's ``host:port`` into the ``TF_CONFIG`` that ``MultiWorkerMirroredStrategy`` reads; with
+  several workers on a node, each sees only the GPU of its local rank (``CUDA_VISIBLE_DEVICES``), unless the
+  user set ``CUDA_VISIBLE_DEVICES``.
 * **Keras**: as the framework its ``KERAS_BACKEND`` names (on PyTorch: nothing to prepare).
 
 At exit, a worker whose script reported no step to dtpo says so in one line, instead of leaving an empty run.
@@ -36,7 +38,7 @@ JAX_COORDINATOR_ENV = "JAX_COORDINATOR_ADDRESS"
 JAX_COLLECTIVES_ENV = "JAX_CPU_COLLECTIVES_IMPLEMENTATION"
 JAX_DEVICES_ENV = "JAX_LOCAL_DEVICE_IDS"
 TF_CONFIG_ENV = "TF_CONFIG"
-_TRACKERS = {"jax": "dtpo.jax.Tracker", "tensorflow": "dtpo.tensorflow.Tracker (or Keras's Model.fit)"}
+_TRACKERS = {"jax": "dtpo.jax.Tracker", "tensorflow": "dtpo.tensorflow.Tracker"}
 
 
 def prepare(contract: LaunchContract) -> str:
@@ -106,6 +108,9 @@ def prepare_tensorflow(port: int | None) -> None:
     import torch.distributed as dist
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0) or 0)
+    if int(os.environ.get("LOCAL_WORLD_SIZE", 1) or 1) > 1 and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        # one GPU per worker, the one dtpo measures: TensorFlow would take (and fill) every GPU in each worker
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(local_rank)
     mine = f"{_host()}:{port + local_rank if port else free_port()}"
     workers: list[Any] = [None] * world
     dist.all_gather_object(workers, mine)
@@ -133,9 +138,22 @@ def free_port() -> int:
 
 
 def _host() -> str:
-    """How the other ranks reach this one: the host name across nodes, the loopback on one node."""
-    nodes = int(os.environ.get("GROUP_WORLD_SIZE", 1) or 1)
-    return socket.gethostname() if nodes > 1 else "127.0.0.1"
+    """How the other ranks reach this one: on one node the loopback; across nodes the address of the interface
+    that reaches the rendezvous host (a host name may resolve to 127.0.1.1 in Debian's ``/etc/hosts``), else the
+    host name."""
+    if int(os.environ.get("GROUP_WORLD_SIZE", 1) or 1) <= 1:
+        return "127.0.0.1"
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+                probe.connect((master, int(os.environ.get("MASTER_PORT", 29500) or 29500)))  # sends nothing
+                address = probe.getsockname()[0]
+            if not address.startswith("127."):
+                return str(address)
+        except (OSError, ValueError):
+            pass
+    return socket.gethostname()
 
 
 def _rank_world() -> tuple[int, int]:
