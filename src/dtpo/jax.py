@@ -10,6 +10,7 @@
             tracker.step(loss, batch=x)
 """
 
-from dtpo.frameworks.jax_tracker import PRECISIONS, Tracker, batch_rows, step_flops
+from dtpo.frameworks.jax_tracker import Tracker, batch_rows, step_flops
+from dtpo.frameworks.tracker import PRECISIONS
 
 __all__ = ["PRECISIONS", "Tracker", "batch_rows", "step_flops"]

@@ -11,10 +11,13 @@ exactly its own device time, and the per-step times inside a window show how the
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from dtpo.core.config import RunConfig
+from dtpo.core.config import EnergyConfig, KnobConfig, RunConfig, TuneConfig
+from dtpo.core.errors import ConfigError
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.record import RunRecord
 from dtpo.frameworks.channel import framework_context
@@ -34,9 +37,8 @@ class FrameworkSteps:
         device_name: How the record names the device (default: ``cuda:N`` or ``cpu``).
         total_steps: Steps the loop will run, where known.
         options: Further :class:`StepReporter` arguments (``warmup_steps``, ``window_steps``, ``run_dir``,
-            ``energy``, ``tune``, ``progress``, ``summary``, ``run_config``, ...). Under ``dtpo launch`` with a
-            configuration (``--tune``, ``--metrics-addr``; ``dtpo train``), the launch's ``run_config`` is the
-            default.
+            ``energy``, ``knobs``, ``tune``, ``progress``, ``summary``, ``run_config``, ...), merged into one
+            configuration by :func:`run_config_for` (under ``dtpo launch`` or ``dtpo train``, on the launch's).
     """
 
     def __init__(self, wait: Callable[[Any], Any], framework: str, gpu: bool = False, device_name: str | None = None,
@@ -44,9 +46,7 @@ class FrameworkSteps:
         self.wait = wait
         self.framework = framework
         config = {"framework": framework, **(options.pop("config", None) or {})}
-        contract = LaunchContract.from_environ()
-        if "run_config" not in options and contract.config is not None:
-            options["run_config"] = RunConfig.load(contract.config)
+        options["run_config"] = run_config_for(framework, options.pop("tune", None), options)
         ctx = framework_context(gpu)
         self.reporter = StepReporter(total_steps, context=ctx, device_name=device_name or f"{ctx.device} ({framework})",
                                      config=config, **options)
@@ -95,3 +95,40 @@ class FrameworkSteps:
                 log.warning("%s: could not wait for the last step (%s: %s)", self.framework, type(exc).__name__, exc)
         self._last = None
         return self.reporter.finish(error)
+
+
+_SESSION_OPTIONS = ("warmup_steps", "window_steps", "flush_every")
+
+
+def run_config_for(framework: str, tune: str | TuneConfig | None, options: dict[str, Any]) -> RunConfig:
+    """The run's whole configuration: the caller's ``run_config``, else the launch's (``dtpo launch --tune``,
+    ``dtpo train``), else the defaults; with ``tune`` (a knob's name keeps the base's cost; a whole
+    :class:`TuneConfig` replaces it) and the reporter options passed beside it (``warmup_steps``,
+    ``window_steps``, ``flush_every``, ``energy``, ``knobs``; taken out of ``options``) on top. The workload is
+    named after the script, as the agent names it, unless ``dtpo train`` named its own.
+
+    Raises:
+        ConfigError: A bad ``tune`` or ``run_config``.
+    """
+    if tune is not None and not isinstance(tune, str | TuneConfig):
+        raise ConfigError(f"tune must be a knob name or a TuneConfig, got {tune!r}")
+    base = options.pop("run_config", None)
+    if base is None:
+        path = LaunchContract.from_environ().config
+        base = RunConfig.load(path) if path is not None else RunConfig()
+    if not isinstance(base, RunConfig):
+        raise ConfigError(f"run_config must be a RunConfig, got {type(base).__name__}")
+    session = {name: options.pop(name) for name in _SESSION_OPTIONS if name in options}
+    changes: dict[str, dict[str, Any]] = {"session": {"count_flops": False, **session}}
+    if tune is not None:
+        changes["tune"] = {"knob": tune} if isinstance(tune, str) else tune.to_dict()
+    energy = options.pop("energy", None)
+    if energy is not None:
+        changes["energy"] = energy.to_dict() if isinstance(energy, EnergyConfig) else {"enabled": bool(energy)}
+    knobs = options.pop("knobs", None)
+    if knobs is not None:
+        changes["knobs"] = knobs.to_dict() if isinstance(knobs, KnobConfig) else dict(knobs)
+    if base.workload.framework == "torch":  # not dtpo train's own workload: the script
+        script = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+        changes["workload"] = {"name": f"script:{script}", "framework": framework.split("/", 1)[0]}
+    return base.replace(**changes)

@@ -21,138 +21,42 @@ batch); ``dtpo launch --framework tensorflow`` writes every worker's ``TF_CONFIG
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
-from pathlib import Path
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any
 
-from dtpo.core.config import EnergyConfig, KnobConfig, RunConfig, TuneConfig
 from dtpo.core.errors import ConfigError
-from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.measurement import Measurement
-from dtpo.core.record import RunRecord
-from dtpo.frameworks.steps import FrameworkSteps
+from dtpo.frameworks.tracker import FrameworkTracker
 
 FRAMEWORK = "tensorflow"
-PRECISIONS = ("float32", "bfloat16", "float16")
-"""What ``precision`` takes: the dtype of the step's matrix products, for the device's peak FLOP/s."""
-_SESSION_OPTIONS = ("warmup_steps", "window_steps", "flush_every")
 
 
-class Tracker:
-    """One worker's steps of a TensorFlow training loop, reported to dtpo.
+class Tracker(FrameworkTracker):
+    """One worker's steps of a TensorFlow training loop, reported to dtpo (arguments: :class:`FrameworkTracker`).
 
-    Args:
-        total_steps: Steps the loop will run, where known (progress, the last window, the tuner's estimate).
-        samples_per_step: Samples each step processes on this worker, where :meth:`step` is not told (with a
-            distributed dataset: this worker's share of the global batch, not the global batch).
-        flops_per_step: FLOPs of one step on this worker (its share of the global batch), for MFU; the peak is
-            the datasheet figure of this worker's GPUs, or the CPU's measured one.
-        precision: The dtype of the step's matrix products (one of :data:`PRECISIONS`), for that peak.
-        run_dir: Where rank 0 writes ``record.json`` (default: the launch's, ``$DTPO_RUN_DIR`` or
-            ``runs/<run-id>``).
-        tune: Tune a GPU knob while training: ``"power-limit"``, ``"sm-clock"``, ``"both"`` or a
-            :class:`~dtpo.core.config.TuneConfig`.
-        options: Further :class:`~dtpo.session.step_reporter.StepReporter` arguments (``warmup_steps``,
-            ``window_steps``, ``energy``, ``knobs``, ``callbacks``, ``progress``, ``summary``, ``config``,
-            ``run_config``, ``clock``, ...). Under ``dtpo launch`` or ``dtpo train`` the launch's configuration
-            (``--tune``, ``--cost``, window sizes) is the default; what is passed here wins.
-
-    Raises:
-        ConfigError: A bad argument (one line), or tuning that only ``dtpo.Session`` does.
+    A step's result is read back to the host where a window closes (:func:`read_back`); ``batch=`` counts this
+    worker's rows, summed over its replicas for a distributed dataset's ``PerReplica`` batch; ``samples`` must be
+    a Python int (a tensor would make the host wait for it at every step).
     """
 
-    def __init__(self, total_steps: int | None = None, *, samples_per_step: int | None = None,
-                 flops_per_step: float | None = None, precision: str = "float32",
-                 run_dir: str | os.PathLike[str] | None = None, tune: str | TuneConfig | None = None,
-                 **options: Any) -> None:
-        if total_steps is not None and not _is_count(total_steps):
-            raise ConfigError(f"total_steps must be a whole number >= 0, got {total_steps!r}")
-        if samples_per_step is not None and not _is_count(samples_per_step):
-            raise ConfigError(f"samples_per_step must be a whole number >= 0, got {samples_per_step!r}")
-        if flops_per_step is not None and not (isinstance(flops_per_step, numbers.Real)
-                                               and not isinstance(flops_per_step, bool)
-                                               and math.isfinite(flops_per_step) and flops_per_step > 0):
-            raise ConfigError(f"flops_per_step must be a number > 0, got {flops_per_step!r}")
-        if precision not in PRECISIONS:
-            raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        self.samples_per_step = samples_per_step
-        tf = _tensorflow()
-        gpu, device_name = describe_device(tf)
-        run_config = _run_config(tune, options)
-        if run_config is not None:
-            options["run_config"] = run_config
-        self.steps = FrameworkSteps(read_back, FRAMEWORK, gpu=gpu, device_name=device_name, total_steps=total_steps,
-                                    run_dir=run_dir, **options)
-        if flops_per_step is not None:
-            rank = self.steps.reporter.rank_record
-            rank.flops_per_step = float(flops_per_step)
-            rank.peak_flops = peak_flops(tf, precision)
+    framework = FRAMEWORK
 
-    @property
-    def step_count(self) -> int:
-        """Steps reported so far."""
-        return self.steps.step_count
+    def device(self) -> tuple[bool, str | None]:
+        """:func:`describe_device`."""
+        return describe_device(_tensorflow())
 
-    @property
-    def run_dir(self) -> Path:
-        """The run directory every worker agreed on."""
-        return self.steps.reporter.run_dir
+    def wait(self, result: Any) -> Any:
+        """:func:`read_back`."""
+        return read_back(result)
 
-    def start(self) -> None:
-        """Training starts: the first step begins now (``with`` calls it; else the first :meth:`step` does)."""
-        self.steps.start()
+    def batch_rows(self, batch: Any) -> int:
+        """:func:`batch_rows`."""
+        return batch_rows(batch)
 
-    def step(self, result: Any = None, samples: int | None = None, *, batch: Any = None,
-             tokens: int | None = None) -> None:
-        """A training step was dispatched; the next one begins.
-
-        Args:
-            result: What the step returned (its loss: a tensor, a ``PerReplica`` value of ``strategy.run``, or a
-                nest of them), read back to the host only where a window of steps closes. ``None``: the result
-                of an earlier step stands in.
-            samples: Samples of the step on this worker, a Python int (a tensor would make the host wait for it
-                at every step).
-            batch: The step's batch (a tensor, a distributed dataset's ``PerReplica`` batch, or a nest of them,
-                samples along the leading axis), counted where ``samples`` is not given: this worker's rows.
-            tokens: Tokens of the step on this worker, where counted.
-
-        Raises:
-            ConfigError: No way to count the samples, or a bad count.
-        """
-        if samples is None:
-            samples = batch_rows(batch) if batch is not None else self.samples_per_step
-        if samples is None:
-            raise ConfigError("Tracker.step: say how many samples the step carried: step(result, samples=N), "
-                              "step(result, batch=x) or Tracker(samples_per_step=N)")
-        if not _is_count(samples) or (tokens is not None and not _is_count(tokens)):
-            raise ConfigError(f"Tracker.step: samples and tokens must be whole numbers >= 0, got {samples!r} "
-                              f"and {tokens!r}")
-        self.steps.step(int(samples), result=result, tokens=None if tokens is None else int(tokens))
-
-    def close_window(self) -> None:
-        """Close the open window of steps now, so that what the loop does next (an evaluation) counts in none."""
-        self.steps.reporter.close_window()
-
-    def finish(self, error: BaseException | None = None) -> RunRecord | None:
-        """Wait for the last step's work and end the run: rank 0 gathers every worker's record, writes
-        ``record.json`` and (outside ``dtpo launch``) prints the summary; after an error each worker writes its
-        own partial record. Later calls do nothing.
-
-        Returns:
-            The run record on rank 0, ``None`` elsewhere.
-        """
-        return self.steps.finish(error)
-
-    def __enter__(self) -> Tracker:
-        self.start()
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.finish(error=exc)
+    def peak_flops(self, precision: str) -> Measurement:
+        """:func:`peak_flops`."""
+        return peak_flops(_tensorflow(), precision)
 
 
 def batch_rows(batch: Any) -> int:
@@ -258,35 +162,3 @@ def _tensorflow() -> ModuleType:
 
     return tf
 
-
-def _run_config(tune: str | TuneConfig | None, options: dict[str, Any]) -> RunConfig | None:
-    """The run's configuration where one is needed: the caller's ``run_config``, else the launch's
-    (``dtpo launch --tune``, ``dtpo train``), with ``tune`` and the session options passed here on top; ``None``
-    where neither exists (the reporter builds one from the options). As :mod:`dtpo.frameworks.jax_tracker` does."""
-    if tune is not None and not isinstance(tune, str | TuneConfig):
-        raise ConfigError(f"tune must be a knob name or a TuneConfig, got {tune!r}")
-    base = options.pop("run_config", None)
-    if base is None:
-        path = LaunchContract.from_environ().config
-        if path is None:
-            if tune is not None:
-                options["tune"] = TuneConfig(knob=tune) if isinstance(tune, str) else tune
-            return None
-        base = RunConfig.load(path)
-    if not isinstance(base, RunConfig):
-        raise ConfigError(f"run_config must be a RunConfig, got {type(base).__name__}")
-    session = {name: options.pop(name) for name in _SESSION_OPTIONS if name in options}
-    changes: dict[str, dict[str, Any]] = {"session": {"count_flops": False, **session}}
-    if tune is not None:  # a knob's name keeps the launch's cost; a whole TuneConfig replaces it
-        changes["tune"] = {"knob": tune} if isinstance(tune, str) else tune.to_dict()
-    energy = options.pop("energy", None)
-    if energy is not None:
-        changes["energy"] = energy.to_dict() if isinstance(energy, EnergyConfig) else {"enabled": bool(energy)}
-    knobs = options.pop("knobs", None)
-    if isinstance(knobs, KnobConfig):
-        changes["knobs"] = knobs.to_dict()
-    return base.replace(**changes)
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
