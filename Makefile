@@ -7,7 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.dtpo-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: run test test-fast integration lint bench bench-zeus bench-stragglers bench-telemetry bench-agent clean
+.PHONY: run test test-fast integration lint bench bench-zeus bench-stragglers bench-telemetry bench-agent \
+	bench-frameworks clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -70,6 +71,13 @@ bench-telemetry: $(STAMP)
 # when the A/A control itself is outside +-1 % (too noisy for a verdict).
 bench-agent: $(STAMP)
 	$(BIN)/python benchmarks/agent_overhead.py
+
+# JAX, TensorFlow and Keras loops with and without dtpo's step reporting (paired, A/A control); counts must match;
+# exit 1 above a step-time ratio of 1.02. Installs the framework extras if missing.
+bench-frameworks: $(STAMP)
+	$(BIN)/python -c "import keras, jax, tensorflow" 2>/dev/null || \
+		$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,keras,jax,tensorflow-cpu]'
+	$(BIN)/python benchmarks/frameworks.py
 
 clean:
 	rm -rf $(VENV) runs

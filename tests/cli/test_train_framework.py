@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from pathlib import Path
+
 import pytest
+from conftest import dtpo_cli
+from frameworks.support import needs
 
 from dtpo.cli.train import check_framework
 from dtpo.core import frameworks
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError
+from dtpo.core.record import RunRecord
 
 
 @pytest.fixture(autouse=True)
-def _installed(monkeypatch: pytest.MonkeyPatch) -> None:
+def _installed(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Every framework but TensorFlow counts as installed, Keras on JAX (not for the runs of the real ones)."""
+    if request.node.get_closest_marker("framework") is not None:
+        return
     monkeypatch.setattr(frameworks, "installed", lambda name: name != "tensorflow")
     monkeypatch.setenv("KERAS_BACKEND", "jax")
 
@@ -44,3 +54,26 @@ def test_a_framework_not_installed_names_its_extra() -> None:
         check_framework(RunConfig().replace(workload={"framework": "tensorflow"}))
     with pytest.raises(ConfigError, match=r"framework must be one of .* \(--framework\)"):
         RunConfig().replace(workload={"framework": "mxnet"})
+
+
+@pytest.mark.slow
+@pytest.mark.framework
+@pytest.mark.parametrize("framework", [
+    pytest.param("jax", marks=needs("jax")),
+    pytest.param("tensorflow", marks=needs("tensorflow")),
+    pytest.param("keras", marks=[needs("keras"), needs("jax")]),
+])
+def test_dtpo_train_runs_each_frameworks_mlp_on_two_workers(framework: str, tmp_path: Path) -> None:
+    env = {**os.environ, "KERAS_BACKEND": "jax", "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    result = subprocess.run(dtpo_cli("train", "--framework", framework, "--workers", "2", "--steps", "12",
+                                     "--batch-size", "16", "--window-steps", "5", "--run-dir", str(tmp_path / "run")),
+                            capture_output=True, text=True, timeout=400, cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = RunRecord.load(tmp_path / "run")
+    assert record.status == "completed" and [rank.rank for rank in record.ranks] == [0, 1]
+    assert record.config["workload"]["framework"] == framework and record.config["workload"]["name"] == "mlp"
+    assert record.config["session"]["window_steps"] == 5  # the launch's configuration reached the tracker
+    for rank in record.ranks:
+        assert len(rank.steps) == 12 and {step.samples for step in rank.steps} == {16}, f"rank {rank.rank}"
+    assert record.energy["energy_j"].value > 0 and record.energy["energy_j"].source == "estimated"  # modelled CPU
+    assert (tmp_path / "run" / "report.html").is_file()

@@ -14,7 +14,7 @@ import pytest
 from conftest import dtpo_cli
 
 from dtpo.core.record import RunRecord
-from tests.frameworks.support import needs
+from frameworks.support import needs
 
 pytestmark = [needs("jax"), pytest.mark.framework, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.frameworks.support import needs
+from frameworks.support import needs
 
 pytestmark = [needs("keras"), pytest.mark.framework]
 

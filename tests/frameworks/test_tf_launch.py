@@ -19,7 +19,7 @@ from conftest import dtpo_cli
 
 from dtpo.core.record import RunRecord
 from dtpo.distributed.launch_args import port_free
-from tests.frameworks.support import needs
+from frameworks.support import needs
 
 pytestmark = [needs("tensorflow"), pytest.mark.framework, pytest.mark.slow]
 

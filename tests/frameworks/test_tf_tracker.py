@@ -11,7 +11,7 @@ import pytest
 from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.record import RunRecord
-from tests.frameworks.support import needs
+from frameworks.support import needs
 
 pytestmark = [needs("tensorflow"), pytest.mark.framework]
 
@@ -84,9 +84,9 @@ def test_the_result_is_read_back_only_where_a_window_closes(tf: Any, tmp_path: P
     tracker = Tracker(samples_per_step=16, run_dir=tmp_path / "run", warmup_steps=2, window_steps=5, **QUIET)
     for step in range(17):
         tracker.step(Pending(step, read))
-    assert read == [1, 6, 11, 16]  # the warm-up's end and each window's last step, never in between
+    assert read == [0, 5, 10, 15]  # at the warm-up's end and each window's, the step before; never in between
     tracker.finish()
-    assert read == [1, 6, 11, 16, 16]  # finish waits for the last step's work
+    assert read == [0, 5, 10, 15, 16]  # finish waits for the last step's work
     (rank,) = RunRecord.load(tmp_path / "run").ranks
     assert len(rank.steps) == 17 and sum(step.samples for step in rank.steps) == 17 * 16
 
@@ -99,7 +99,7 @@ def test_a_known_total_reads_back_its_last_step_and_a_nest_is_read_whole(tf: Any
                  **QUIET) as tracker:
         for step in range(9):
             tracker.step({"loss": Pending(step, read), "extra": (Pending(100 + step, read), 3.0)})
-    assert read == [101, 1, 106, 6, 108, 8, 108, 8]  # tf.nest: a dict's leaves in key order
+    assert read == [100, 0, 105, 5, 108, 8, 108, 8]  # tf.nest: a dict's leaves in key order; the last exact
 
 
 def test_distributed_results_and_batches_are_read_and_counted_per_replica(tf: Any) -> None:
@@ -170,13 +170,13 @@ def test_the_launch_configuration_is_the_default_and_arguments_win(tf: Any, tmp_
     for step in range(7):
         tracker.step(Pending(step, read))
     tracker.finish()
-    assert read == [0, 3, 6, 6]  # the launch's window of 3 after 1 warm-up step
+    assert read == [0, 2, 5, 6]  # the launch's window of 3 after 1 warm-up step
     read.clear()
     tracker = Tracker(samples_per_step=1, run_dir=tmp_path / "run2", window_steps=2, progress=False, summary=False)
     for step in range(5):
         tracker.step(Pending(step, read))
     tracker.finish()
-    assert read == [0, 2, 4, 4]  # window_steps=2 given here wins over the launch's 3
+    assert read == [0, 1, 3, 4]  # window_steps=2 given here wins over the launch's 3
 
 
 def test_a_loop_that_fails_leaves_its_partial_record_without_waiting_for_the_device(tf: Any, tmp_path: Path) -> None:
@@ -190,7 +190,7 @@ def test_a_loop_that_fails_leaves_its_partial_record_without_waiting_for_the_dev
             for step in range(3):
                 tracker.step(Pending(step, read))
             raise ValueError("boom")
-    assert read == [1]  # the warm-up's end only: a failed run does not wait for its last result
+    assert read == [0]  # the warm-up's end only: a failed run does not wait for its last result
     partial = json.loads((tmp_path / "run" / "ranks" / "rank00000.json").read_text())
     assert partial["status"] == "failed" and partial["error"] == "ValueError: boom"
     assert len(partial["ranks"][0]["steps"]) == 3

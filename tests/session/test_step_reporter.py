@@ -184,3 +184,26 @@ def test_the_example_under_two_ranks_joins_the_scripts_own_process_group(tmp_pat
         assert [s.samples for s in rank.steps] == [64] * 8
         assert all(s.tail_s is None and s.compute_s == s.step_s for s in rank.steps)  # no finer marks
     assert record.config["world_size"] == 2 and record.totals["samples"]["value"] == 2 * 6 * 64
+
+
+def test_it_says_ahead_which_steps_end_the_warm_up_a_window_or_the_run(tmp_path: Path) -> None:
+    """Where a caller whose device runs ahead waits (dtpo.frameworks): the warm-up's last step, each window's last,
+    the last of a known total; asked one or two steps ahead, and right after a window closed early."""
+    reporter = StepReporter(13, warmup_steps=2, window_steps=4, run_dir=tmp_path / "run", progress=False,
+                            summary=False, energy=False)
+    assert [reporter.settles_at(ahead) for ahead in range(1, 14)] == [
+        False, True, False, False, False, True, False, False, False, True, False, False, True]
+    seen = []
+    for _ in range(13):
+        seen.append((reporter.settles_next, reporter.settles_at(2), reporter.last_step_next))
+        reporter.step(1)
+    assert [i for i, (now, _, _) in enumerate(seen) if now] == [1, 5, 9, 12]
+    assert [i for i, (_, soon, _) in enumerate(seen) if soon] == [0, 4, 8, 11]
+    assert [i for i, (_, _, last) in enumerate(seen) if last] == [12]
+    reporter.finish()
+    early = StepReporter(warmup_steps=0, window_steps=4, run_dir=tmp_path / "early", progress=False, summary=False,
+                         energy=False)
+    early.step(1)
+    early.close_window()  # an evaluation: the next window counts from here
+    assert [early.settles_at(ahead) for ahead in range(1, 6)] == [False, False, False, True, False]
+    early.finish()

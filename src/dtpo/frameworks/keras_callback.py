@@ -242,10 +242,13 @@ class DtpoCallback(keras.callbacks.Callback):
         if not next_begun and (samples is None or (isinstance(known, int) and batch is not None and batch >= known)
                                or (self._hooks_end and self._trained != batch)):
             return
-        self.steps.step(samples, result=self._result())
+        reporter = self.steps.reporter
+        awaited = reporter.settles_at(1) or reporter.settles_at(2)  # FrameworkSteps waits for the step before
+        self.steps.step(samples, result=self._result() if awaited else None)
 
     def _result(self) -> Any:
-        """What to wait on for the step just cut, where a window closes (``None``: nothing to wait on)."""
+        """What to wait on for the step just cut, where a window closes (``None``: nothing to wait on); asked only
+        there (gathering a model's state costs about as much as a small step's dispatch)."""
         if self._backend == "jax":
             state = getattr(self.model, "_jax_state", None)
             if state:

@@ -4,8 +4,13 @@ These frameworks dispatch work asynchronously: a step's call returns while the d
 host may run several steps ahead. Waiting for every step's result would serialise the device (the host could no
 longer queue the next step while this one runs); never waiting would put every step's device time in the wrong
 window, or in none. So a step is cut where the loop reports it, and the device is waited for only at the steps
-that end the warm-up or close a window of steps (:attr:`StepReporter.settles_next`): each window then holds
-exactly its own device time, and the per-step times inside a window show how the host paced the queue.
+that end the warm-up or close a window of steps (:meth:`StepReporter.settles_at`), and there for the result of
+the step before, not the one just queued: the device goes on with that one while the host waits, so the queue
+never runs dry (waiting for the last step queued would leave the device idle for one dispatch per window, about
+1 % of a 3 ms step). Each window then holds exactly one window of device time, from the end of the step before
+its first to the end of the step before its last (one step later than its labels, the same for every window);
+the last step of a known total, and the end of the run, wait for the very last result. The per-step times inside
+a window show how the host paced the queue.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class FrameworkSteps:
         self.reporter = StepReporter(total_steps, context=ctx, device_name=device_name or f"{ctx.device} ({framework})",
                                      config=config, **options)
         self._last: Any = None
+        self._previous: Any = None
 
     @property
     def step_count(self) -> int:
@@ -71,14 +77,28 @@ class FrameworkSteps:
 
         Args:
             samples: Samples of the step on this rank.
-            result: What the step returned (its loss, the new state): waited for only where a window closes.
+            result: What the step returned (its loss, the new state): waited for where the next step closes a
+                window (:meth:`StepReporter.settles_at` ``(2)``: pass it at least then), or at the end.
             tokens: Tokens of the step, where counted.
         """
         if result is not None:
-            self._last = result
-        if self._last is not None and self.reporter.settles_next:
+            self._previous, self._last = self._last, result
+        reporter = self.reporter
+        if reporter.settles_next:
+            self._settle(exact=reporter.last_step_next)
+        reporter.step(samples, tokens)
+
+    def _settle(self, exact: bool) -> None:
+        """Wait for the step before the last one queued (``exact``: for the last one)."""
+        if not exact and self._previous is not None:
+            try:
+                self.wait(self._previous)
+                return
+            except Exception:  # noqa: BLE001 - e.g. a buffer the next step consumed (JAX's donated arguments)
+                log.debug("%s: the previous step's result is gone; waiting for the last one", self.framework,
+                          exc_info=True)
+        if self._last is not None:
             self.wait(self._last)
-        self.reporter.step(samples, tokens)
 
     def finish(self, error: BaseException | None = None) -> RunRecord | None:
         """Wait for the last step's work, then end the run (see :meth:`StepReporter.finish`).
@@ -93,7 +113,7 @@ class FrameworkSteps:
                 self.wait(self._last)
             except Exception as exc:  # noqa: BLE001 - the record matters more than the last result
                 log.warning("%s: could not wait for the last step (%s: %s)", self.framework, type(exc).__name__, exc)
-        self._last = None
+        self._last = self._previous = None
         return self.reporter.finish(error)
 
 

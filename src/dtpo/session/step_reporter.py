@@ -127,15 +127,24 @@ class StepReporter(StreamProducer):
     @property
     def settles_next(self) -> bool:
         """Whether the next :meth:`step` ends the warm-up, closes a window or is the last of ``total_steps``:
-        where a caller whose device runs ahead of the host (JAX, TensorFlow) must wait for the device before
-        calling it, so that each window holds its own device time (and not more often, which would serialise
-        the device)."""
-        step, warm = self._step, self.start_step + self.config.warmup_steps
+        where a caller whose device runs ahead of the host (JAX, TensorFlow) waits for the device, so that each
+        window holds its own device time (and not more often, which would serialise the device)."""
+        return self.settles_at(1)
+
+    def settles_at(self, ahead: int) -> bool:
+        """:attr:`settles_next` for the ``ahead``-th :meth:`step` from now (1: the next one)."""
+        step, warm = self._step + ahead - 1, self.start_step + self.config.warmup_steps
         if step < warm:
             return step == warm - 1
         if self.target_steps is not None and step >= self.target_steps - 1:
-            return True
-        return self._run.stream.open_steps + 1 >= self.window_steps
+            return step == self.target_steps - 1
+        before = self._run.stream.open_steps + step - self._step if self._step >= warm else step - warm
+        return (before + 1) % self.window_steps == 0
+
+    @property
+    def last_step_next(self) -> bool:
+        """Whether the next :meth:`step` is the last of ``total_steps``."""
+        return self.target_steps is not None and self._step == self.target_steps - 1
 
     @property
     def window_steps(self) -> int:
