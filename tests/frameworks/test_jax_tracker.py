@@ -206,7 +206,7 @@ def test_energy_is_labelled_for_a_modelled_cpu(tmp_path: Path, monkeypatch: pyte
 @pytest.mark.parametrize("argv, match", [
     (["--steps", "0"], "--steps must be > 0"),
     (["--batch-size", "-4"], "--batch-size must be > 0"),
-    (["--lr", "nan"], "--lr must be > 0"),
+    (["--lr", "nan"], "--lr must be a number > 0"),
     (["--bogus"], "unrecognized arguments"),
 ])
 def test_the_workloads_bad_flags_end_it_in_one_line(argv: list[str], match: str,

@@ -27,7 +27,6 @@ logs of each step have shape ``(1,)`` (Keras reduces them with ``axis=0``, which
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
 import math
@@ -36,6 +35,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from dtpo.workloads.framework_args import parse_workload_args
 
 log = logging.getLogger("dtpo.workloads.keras_mlp")
 
@@ -127,14 +128,8 @@ def train(steps: int, batch_size: int, lr: float, seed: int) -> float:
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse the flags and train."""
-    parser = argparse.ArgumentParser(prog="python -m dtpo.workloads.keras_mlp", description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=100, help="training batches on each process")
-    parser.add_argument("--batch-size", type=int, default=64, help="samples per batch on each process")
-    parser.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    if args.steps <= 0 or args.batch_size <= 0 or not math.isfinite(args.lr) or args.lr <= 0:
-        parser.error("--steps, --batch-size and --lr must be positive")
+    args = parse_workload_args("dtpo.workloads.keras_mlp", __doc__.split("\n")[0], argv, steps=100, batch_size=64,
+                               lr=1e-3, optimizer="Adam")
     from dtpo.core.logs import configure_logging
 
     configure_logging()

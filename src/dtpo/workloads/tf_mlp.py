@@ -18,15 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
 from dtpo.core.logs import configure_logging
+from dtpo.workloads.framework_args import parse_workload_args
 
 log = logging.getLogger("dtpo.workloads.tf_mlp")  # also when run as __main__
 
@@ -34,29 +34,9 @@ TEACHER_SEED = 20_240_601  # fixed so every worker and every run learns the same
 IN_FEATURES, HIDDEN, DEPTH, CLASSES = 64, 256, 2, 10
 
 
-class _Parser(argparse.ArgumentParser):
-    """Argument errors in one line, exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The workload's flags; a bad one ends the process with one line and exit status 2."""
-    parser = _Parser(prog="dtpo.workloads.tf_mlp", description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
-    parser.add_argument("--batch-size", type=int, default=128, help="samples per step on each worker (default 128)")
-    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and the data (default 0)")
-    args = parser.parse_args(argv)
-    for name in ("steps", "batch_size"):
-        if getattr(args, name) <= 0:
-            parser.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
-    if not (math.isfinite(args.lr) and args.lr > 0):
-        parser.error(f"--lr must be a number > 0, got {args.lr}")
-    if args.seed < 0:
-        parser.error(f"--seed must be >= 0, got {args.seed}")
-    return args
+    """The workload's flags (:func:`~dtpo.workloads.framework_args.parse_workload_args`)."""
+    return parse_workload_args("dtpo.workloads.tf_mlp", __doc__.splitlines()[0], argv)
 
 
 def cluster() -> tuple[int, int]:
