@@ -77,3 +77,29 @@ def test_dtpo_train_runs_each_frameworks_mlp_on_two_workers(framework: str, tmp_
         assert len(rank.steps) == 12 and {step.samples for step in rank.steps} == {16}, f"rank {rank.rank}"
     assert record.energy["energy_j"].value > 0 and record.energy["energy_j"].source == "estimated"  # modelled CPU
     assert (tmp_path / "run" / "report.html").is_file()
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+def test_the_launch_gets_restarts_backend_and_the_workload_of_each_framework(framework: str, tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import dtpo.distributed.launch as launch_module
+    from dtpo.cli.train import launch_training
+
+    seen: dict[str, object] = {}
+
+    def launch(args: object, config: Path | None = None, agent_path: Path | None = None) -> None:
+        seen.update(args=args, config=config, agent_path=agent_path)
+
+    monkeypatch.setattr(launch_module, "launch", launch)
+    config = RunConfig().replace(workload={"framework": framework, "name": "mlp", "steps": 7, "batch_size": 3},
+                                 launch={"max_restarts": 2, "backend": "gloo", "workers": 2})
+    launch_training(config, tmp_path)
+    args = seen["args"]
+    assert (args.max_restarts, args.backend, args.run_dir, args.nproc_per_node) == (2, "gloo", str(tmp_path), "2")
+    assert seen["config"] == tmp_path / "config.json"
+    if framework == "torch":
+        assert (args.training_script, args.no_agent, args.framework) == ("dtpo.workloads.train", True, "torch")
+    else:
+        assert (args.training_script, args.framework, seen["agent_path"] is not None) == (
+            "dtpo.workloads.jax_mlp", "jax", True)
+        assert args.training_script_args == ["--steps", "7", "--batch-size", "3", "--seed", "0"]  # its own lr

@@ -185,6 +185,10 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
         return launch_ray_training(config, run_dir)
     path = config.replace(launch={"run_dir": str(run_dir)}).save(run_dir / CONFIG_FILE)
     argv = ["--standalone", "--nproc-per-node", str(config.launch.workers), "--run-dir", str(run_dir)]
+    if config.launch.backend:
+        argv += ["--backend", config.launch.backend]
+    if config.launch.max_restarts:
+        argv += ["--max-restarts", str(config.launch.max_restarts)]
     agent_path = None
     framework = config.workload.framework
     if framework == "torch":
@@ -198,10 +202,6 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
                  "--batch-size", str(workload.batch_size), "--seed", str(workload.seed)]
         if workload.lr is not None:
             argv += ["--lr", repr(workload.lr)]
-    if config.launch.backend:
-        argv[4:4] = ["--backend", config.launch.backend]
-    if config.launch.max_restarts:
-        argv[4:4] = ["--max-restarts", str(config.launch.max_restarts)]
     threads = str(config.launch.threads_per_worker or threads_per_worker(config))
     with worker_environment({"OMP_NUM_THREADS": threads}):
         return launch(parse_launch_args(argv), config=path, agent_path=agent_path)
