@@ -103,6 +103,7 @@ def build(tf: Any, strategy: Any, lr: float, global_batch: int) -> tuple[Any, An
 def train(steps: int, batch_size: int, lr: float, seed: int) -> float:
     """Train for ``steps`` steps, reporting each to dtpo. Returns the last step's loss (over the global batch)."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's C++ INFO lines (gRPC, coordination)
+    os.environ["KERAS_BACKEND"] = "tensorflow"  # tf.keras is Keras 3 on KERAS_BACKEND: this model is TensorFlow's
     import tensorflow as tf
 
     from dtpo.frameworks.tf_tracker import Tracker
