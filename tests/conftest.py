@@ -14,6 +14,8 @@ import pytest
 from rank_pool import close_pools, run_pooled
 from rank_pool import free_port as free_port  # tests import it from here
 
+pytest_plugins = ["agent_steps"]  # the agent tests' `tracked` fixture
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -25,27 +25,14 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from agent_steps import Sink
+from agent_steps import make_loader as _loader
+from agent_steps import make_model as _model
 from torch.optim.optimizer import register_optimizer_step_pre_hook
-from torch.utils.data import DataLoader, TensorDataset
 
-from dtpo.agent.torch_hooks import TorchHooks
 from dtpo.agent.tracker import StepTracker
-from dtpo.core.record import StepRecord
 
 SYNC_WAIT_S = 0.02  # what the fake synchronize() waits: the allreduce and the slowest rank
-
-
-class Sink:
-    """Collects what the tracker hands to a run."""
-
-    def __init__(self) -> None:
-        self.closed: list[StepRecord] = []
-
-    def step_opened(self, step: int) -> None:
-        pass
-
-    def step_closed(self, record: StepRecord) -> None:
-        self.closed.append(record)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -128,27 +115,6 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters: Any
     """``hvd.DistributedOptimizer``: a new instance of a subclass of the optimizer's class, made at run time."""
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, backward_passes_per_step)
-
-
-@pytest.fixture
-def tracked() -> Iterator[tuple[StepTracker, Sink]]:
-    sink = Sink()
-    tracker = StepTracker(lambda tracker: sink, warmup_steps=1)
-    hooks = TorchHooks(tracker)
-    hooks.install()
-    try:
-        yield tracker, sink
-    finally:
-        hooks.remove()
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-
-
-def _loader(n: int, batch: int) -> DataLoader:
-    return DataLoader(TensorDataset(torch.randn(n, 8), torch.randint(0, 3, (n,))), batch_size=batch)
 
 
 def test_the_stand_in_is_built_as_horovod_builds_it() -> None:

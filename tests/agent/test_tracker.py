@@ -3,52 +3,19 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from agent_steps import Sink
+from agent_steps import make_loader as _loader
+from agent_steps import make_model as _model
+from torch.utils.data import DataLoader
 
 from dtpo.agent.torch_hooks import TorchHooks
 from dtpo.agent.tracker import StepTracker
 from dtpo.core.record import StepRecord
-
-
-class Sink:
-    """Collects what the tracker hands to a run."""
-
-    def __init__(self) -> None:
-        self.opened: list[int] = []
-        self.closed: list[StepRecord] = []
-
-    def step_opened(self, step: int) -> None:
-        self.opened.append(step)
-
-    def step_closed(self, record: StepRecord) -> None:
-        self.closed.append(record)
-
-
-@pytest.fixture
-def tracked() -> Iterator[tuple[StepTracker, Sink]]:
-    sink = Sink()
-    tracker = StepTracker(lambda tracker: sink, warmup_steps=1)
-    hooks = TorchHooks(tracker)
-    hooks.install()
-    try:
-        yield tracker, sink
-    finally:
-        hooks.remove()
-
-
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
-
-
-def _loader(n: int, batch: int, **kw: Any) -> DataLoader:
-    return DataLoader(TensorDataset(torch.randn(n, 8), torch.randint(0, 3, (n,))), batch_size=batch, **kw)
 
 
 def test_iterations_and_their_samples_are_counted_and_evaluation_stays_out(
