@@ -82,3 +82,15 @@ def test_nothing_to_wait_for_and_a_failed_run_does_not_wait(tmp_path: Path) -> N
     tracker.finish(RuntimeError("boom"))
     assert waited == [1]  # the first step had nothing to wait for; a failed run does not wait for its last one
     assert tracker.finish() is None
+
+
+def test_without_lag_each_window_waits_for_the_last_step_queued(tmp_path: Path) -> None:
+    """Where the next step consumes a step's result (Keras on JAX donates its state), the wait is for the step just
+    queued, never for one already consumed."""
+    waited: list[int] = []
+    tracker = FrameworkSteps(waited.append, "keras/jax", warmup_steps=2, window_steps=5, run_dir=tmp_path / "run",
+                             progress=False, summary=False, energy=False, lag=False)
+    for step in range(12):
+        tracker.step(8, result=step)
+    tracker.finish()
+    assert waited == [1, 6, 11, 11]

@@ -145,8 +145,9 @@ class DtpoCallback(keras.callbacks.Callback):
                                      self.samples_per_step)
         wait, gpu = _device_wait(self._backend)
         options = {"run_dir": self.run_dir, "tune": self.tune, **self.options}
+        # lag=False: Keras on JAX donates each step's state to the next, so the state before the last is gone
         self.steps = FrameworkSteps(wait, f"keras/{self._backend}", gpu=gpu, total_steps=self._total_steps(),
-                                    **options)
+                                    lag=False, **options)
         self._open = None
         if not self._at_exit_registered:
             atexit.register(self._at_exit)
@@ -242,9 +243,7 @@ class DtpoCallback(keras.callbacks.Callback):
         if not next_begun and (samples is None or (isinstance(known, int) and batch is not None and batch >= known)
                                or (self._hooks_end and self._trained != batch)):
             return
-        reporter = self.steps.reporter
-        awaited = reporter.settles_at(1) or reporter.settles_at(2)  # FrameworkSteps waits for the step before
-        self.steps.step(samples, result=self._result() if awaited else None)
+        self.steps.step(samples, result=self._result() if self.steps.reporter.settles_next else None)
 
     def _result(self) -> Any:
         """What to wait on for the step just cut, where a window closes (``None``: nothing to wait on); asked only

@@ -9,8 +9,9 @@ the step before, not the one just queued: the device goes on with that one while
 never runs dry (waiting for the last step queued would leave the device idle for one dispatch per window, about
 1 % of a 3 ms step). Each window then holds exactly one window of device time, from the end of the step before
 its first to the end of the step before its last (one step later than its labels, the same for every window);
-the last step of a known total, and the end of the run, wait for the very last result. The per-step times inside
-a window show how the host paced the queue.
+the last step of a known total, and the end of the run, wait for the very last result. A caller whose results
+are consumed by the next step (Keras on JAX donates its state to the next step) waits for the last one instead
+(``lag=False``). The per-step times inside a window show how the host paced the queue.
 """
 
 from __future__ import annotations
@@ -41,15 +42,18 @@ class FrameworkSteps:
         gpu: The framework computes on this rank's GPU (energy and the knobs look there, through NVML).
         device_name: How the record names the device (default: ``cuda:N`` or ``cpu``).
         total_steps: Steps the loop will run, where known.
+        lag: Where a window closes, wait for the step before the last one queued (``False``: for the last one,
+            where a step consumes the previous step's result, so that it cannot be waited for).
         options: Further :class:`StepReporter` arguments (``warmup_steps``, ``window_steps``, ``run_dir``,
             ``energy``, ``knobs``, ``tune``, ``progress``, ``summary``, ``run_config``, ...), merged into one
             configuration by :func:`run_config_for` (under ``dtpo launch`` or ``dtpo train``, on the launch's).
     """
 
     def __init__(self, wait: Callable[[Any], Any], framework: str, gpu: bool = False, device_name: str | None = None,
-                 total_steps: int | None = None, **options: Any) -> None:
+                 total_steps: int | None = None, lag: bool = True, **options: Any) -> None:
         self.wait = wait
         self.framework = framework
+        self.lag = lag
         config = {"framework": framework, **(options.pop("config", None) or {})}
         options["run_config"] = run_config_for(framework, options.pop("tune", None), options)
         ctx = framework_context(gpu)
@@ -78,7 +82,8 @@ class FrameworkSteps:
         Args:
             samples: Samples of the step on this rank.
             result: What the step returned (its loss, the new state): waited for where the next step closes a
-                window (:meth:`StepReporter.settles_at` ``(2)``: pass it at least then), or at the end.
+                window (:meth:`StepReporter.settles_at` ``(2)``: pass it at least then; with ``lag=False`` where
+                this one does), or at the end.
             tokens: Tokens of the step, where counted.
         """
         if result is not None:
@@ -89,8 +94,8 @@ class FrameworkSteps:
         reporter.step(samples, tokens)
 
     def _settle(self, exact: bool) -> None:
-        """Wait for the step before the last one queued (``exact``: for the last one)."""
-        if not exact and self._previous is not None:
+        """Wait for the step before the last one queued (``exact``, or without ``lag``: for the last one)."""
+        if not exact and self.lag and self._previous is not None:
             try:
                 self.wait(self._previous)
                 return
