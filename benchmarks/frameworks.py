@@ -50,6 +50,28 @@ Segment = Callable[[Path | None], tuple[float, float, int, int]]
 # -- the workloads: one model per framework, compiled once, trained in segments timed the same way in every arm ---
 
 
+def timed_loop(args: argparse.Namespace, run_dir: Path | None, tracker_class: Any, one_step: Callable[[int], Any],
+               wait: Callable[[Any], Any]) -> tuple[float, float, int, int]:
+    """``args.steps`` calls of ``one_step`` (it returns the step's loss), timed from the first to the device's
+    work done (``wait`` on the last loss); each reported to a ``tracker_class`` run in ``run_dir``, if given,
+    made before the clocks start and finished after they stop."""
+    tracker = None
+    if run_dir is not None:
+        tracker = tracker_class(total_steps=args.steps, run_dir=run_dir, **QUIET)
+        tracker.start()
+    loss = None
+    wall, cpu = time.perf_counter(), time.process_time()
+    for i in range(args.steps):
+        loss = one_step(i)
+        if tracker is not None:
+            tracker.step(loss, samples=args.batch)
+    wait(loss)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    if tracker is not None:
+        tracker.finish()
+    return wall, cpu, args.steps, args.steps * args.batch
+
+
 def jax_segments(args: argparse.Namespace) -> Segment:
     import jax
     import jax.numpy as jnp
@@ -73,25 +95,14 @@ def jax_segments(args: argparse.Namespace) -> Segment:
                 jnp.asarray(rng.integers(0, 10, args.batch))) for _ in range(8)]
     jax.block_until_ready(train_step(state["params"], *batches[0]))  # compiled before any segment
 
-    def segment(run_dir: Path | None) -> tuple[float, float, int, int]:
-        tracker = None
-        if run_dir is not None:
-            from dtpo.jax import Tracker
+    def one_step(i: int) -> Any:
+        state["params"], loss = train_step(state["params"], *batches[i % 8])
+        return loss
 
-            tracker = Tracker(total_steps=args.steps, run_dir=run_dir, **QUIET)
-            tracker.start()
-        params, loss = state["params"], None
-        wall, cpu = time.perf_counter(), time.process_time()
-        for i in range(args.steps):
-            params, loss = train_step(params, *batches[i % 8])
-            if tracker is not None:
-                tracker.step(loss, samples=args.batch)
-        jax.block_until_ready(loss)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        state["params"] = params
-        if tracker is not None:
-            tracker.finish()
-        return wall, cpu, args.steps, args.steps * args.batch
+    def segment(run_dir: Path | None) -> tuple[float, float, int, int]:
+        from dtpo.jax import Tracker
+
+        return timed_loop(args, run_dir, Tracker, one_step, jax.block_until_ready)
 
     return segment
 
@@ -119,23 +130,9 @@ def tensorflow_segments(args: argparse.Namespace) -> Segment:
     float(train_step(*batches[0]))  # traced before any segment
 
     def segment(run_dir: Path | None) -> tuple[float, float, int, int]:
-        tracker = None
-        if run_dir is not None:
-            from dtpo.tensorflow import Tracker
+        from dtpo.tensorflow import Tracker
 
-            tracker = Tracker(total_steps=args.steps, run_dir=run_dir, **QUIET)
-            tracker.start()
-        loss = None
-        wall, cpu = time.perf_counter(), time.process_time()
-        for i in range(args.steps):
-            loss = train_step(*batches[i % 8])
-            if tracker is not None:
-                tracker.step(loss, samples=args.batch)
-        float(loss)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        if tracker is not None:
-            tracker.finish()
-        return wall, cpu, args.steps, args.steps * args.batch
+        return timed_loop(args, run_dir, Tracker, lambda i: train_step(*batches[i % 8]), float)
 
     return segment
 

@@ -150,3 +150,12 @@ def test_a_restarted_run_shows_its_restarts_and_the_energy_of_every_attempt() ->
 def test_a_run_that_was_never_restarted_has_no_restart_lines() -> None:
     text = render(record())
     assert "restarts" not in text and "all attempts" not in text and "resumed" not in text
+
+
+def test_another_frameworks_run_shows_its_mean_step_time_and_why() -> None:
+    run = record()
+    run.config = {"user": {"framework": "jax"}}
+    text = " ".join(render(run).split())
+    assert "step time (mean)" in text and "step time (median)" not in text
+    assert "jax dispatches asynchronously" in text and "threads per worker" not in text
+    assert "step time (median)" in render(record())

@@ -31,7 +31,7 @@ import jax
 
 from dtpo.core.errors import ConfigError
 from dtpo.core.measurement import Measurement
-from dtpo.frameworks.tracker import FrameworkTracker
+from dtpo.frameworks.tracker import FrameworkTracker, cpu_peak, datasheet_peak
 
 log = logging.getLogger(__name__)
 
@@ -116,21 +116,10 @@ def peak_flops(device: Any, precision: str) -> Measurement:
     measured (on torch's kernels, as for a PyTorch run)."""
     count = jax.local_device_count()
     if device.platform == "gpu":
-        from dtpo.devices.physics.catalogue import find_gpu, gpu_peak_flops
-
-        spec = find_gpu(device.device_kind)
-        if spec is None:
-            return Measurement(None, "FLOP/s", "datasheet", f"{device.device_kind} is not in the catalogue")
         tf32 = str(jax.config.jax_default_matmul_precision or "default").lower() not in ("highest", "float32")
-        value = gpu_peak_flops(spec, precision, tf32)
-        return Measurement(None if value is None else value * count, "FLOP/s", "datasheet",
-                           f"{count} x {spec.name} {precision} dense peak")
+        return datasheet_peak(device.device_kind, precision, tf32, count)
     if device.platform == "cpu":
-        import torch
-
-        from dtpo.session.loop.mfu import measured_cpu_peak
-
-        return measured_cpu_peak(getattr(torch, precision), autocast=False)
+        return cpu_peak(precision)
     return Measurement(None, "FLOP/s", "measured", f"no peak known for {device.platform}")
 
 

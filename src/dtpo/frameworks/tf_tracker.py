@@ -27,7 +27,7 @@ from typing import Any
 
 from dtpo.core.errors import ConfigError
 from dtpo.core.measurement import Measurement
-from dtpo.frameworks.tracker import FrameworkTracker
+from dtpo.frameworks.tracker import FrameworkTracker, cpu_peak, datasheet_peak
 
 FRAMEWORK = "tensorflow"
 
@@ -108,20 +108,9 @@ def peak_flops(tf: ModuleType, precision: str) -> Measurement:
     kernels, as for a PyTorch run)."""
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        from dtpo.devices.physics.catalogue import find_gpu, gpu_peak_flops
-
-        name = _gpu_name(tf) or "this GPU"
-        spec = find_gpu(name)
-        if spec is None:
-            return Measurement(None, "FLOP/s", "datasheet", f"{name} is not in the catalogue")
-        value = gpu_peak_flops(spec, precision, tf.config.experimental.tensor_float_32_execution_enabled())
-        return Measurement(None if value is None else value * len(gpus), "FLOP/s", "datasheet",
-                           f"{len(gpus)} x {spec.name} {precision} dense peak")
-    import torch
-
-    from dtpo.session.loop.mfu import measured_cpu_peak
-
-    return measured_cpu_peak(getattr(torch, precision), autocast=False)
+        tf32 = tf.config.experimental.tensor_float_32_execution_enabled()
+        return datasheet_peak(_gpu_name(tf) or "this GPU", precision, tf32, len(gpus))
+    return cpu_peak(precision)
 
 
 def _gpu_name(tf: ModuleType) -> str | None:

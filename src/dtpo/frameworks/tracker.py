@@ -166,3 +166,25 @@ class FrameworkTracker:
 def is_count(value: Any) -> bool:
     """Whether ``value`` is a whole number >= 0 (``bool`` is not)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
+
+
+def datasheet_peak(gpu_name: str, precision: str, tf32: bool, count: int) -> Measurement:
+    """Peak matmul FLOP/s of ``count`` GPUs named ``gpu_name`` in ``precision`` (float32 as TF32 where ``tf32``),
+    from the datasheet catalogue; ``None`` with the reason for a GPU it does not hold."""
+    from dtpo.devices.physics.catalogue import find_gpu, gpu_peak_flops
+
+    spec = find_gpu(gpu_name)
+    if spec is None:
+        return Measurement(None, "FLOP/s", "datasheet", f"{gpu_name} is not in the catalogue")
+    value = gpu_peak_flops(spec, precision, tf32)
+    return Measurement(None if value is None else value * count, "FLOP/s", "datasheet",
+                       f"{count} x {spec.name} {precision} dense peak")
+
+
+def cpu_peak(precision: str) -> Measurement:
+    """The CPU's peak matmul FLOP/s in ``precision``, measured (on torch's kernels, as for a PyTorch run)."""
+    import torch
+
+    from dtpo.session.loop.mfu import measured_cpu_peak
+
+    return measured_cpu_peak(getattr(torch, precision), autocast=False)

@@ -77,6 +77,16 @@ def breakdown_table(record: RunRecord) -> Table:
     return table
 
 
+def _step_time_row(t: dict[str, Any], framework: str | None) -> tuple[str, str]:
+    """The median step time; for another framework's run, the mean: it dispatches asynchronously, so a step's own
+    time is when the host queued it, and only whole windows (the device waited for at their ends) hold its pace."""
+    wall, steps = t.get("wall_s"), t.get("measured_steps")
+    if framework and wall is not None and steps is not None and wall.value and steps.value:
+        return ("step time (mean)", f"{format_value(Measurement(wall.value / steps.value, 's'))} ({framework} "
+                "dispatches asynchronously: per-step times are when the host queued each step)")
+    return ("step time (median)", format_value(t.get("step_time_s")))
+
+
 def totals_table(record: RunRecord) -> Table:
     """The run's headline figures."""
     t = record.totals
@@ -84,23 +94,17 @@ def totals_table(record: RunRecord) -> Table:
     table.add_column(style="bold")
     table.add_column()
     devices = sorted({r.device for r in record.ranks})
+    framework = (record.config.get("user") or {}).get("framework") if isinstance(record.config, dict) else None
     rows = [
         ("workers", f"{len(record.ranks)} on {', '.join(devices)}"),
         ("measured steps", format_value(t.get("measured_steps"))),
         ("throughput", format_value(t.get("throughput"))),
-        ("step time (median)", format_value(t.get("step_time_s"))),
+        _step_time_row(t, framework),
         ("MFU", format_value(t.get("mfu"))),
         ("communication overhead", format_value(t.get("comm_overhead"))),
         ("sync latency (mean)", format_value(t.get("sync_latency_s"))),
         ("data-loading share", format_value(t.get("data_wait_fraction"))),
     ]
-    framework = (record.config.get("user") or {}).get("framework") if isinstance(record.config, dict) else None
-    wall, steps = (t.get("wall_s"), t.get("measured_steps"))
-    if framework and wall is not None and steps is not None and wall.value and steps.value:
-        # asynchronous dispatch: a step's own time is when the host queued it; the device is waited for at the
-        # end of each window, so only the mean over whole windows is the device's pace
-        rows[3] = ("step time (mean)", f"{format_value(Measurement(wall.value / steps.value, 's'))} ({framework} "
-                   "dispatches asynchronously: per-step times are when the host queued each step)")
     threads = record.environment.get("torch_threads")
     if threads is not None and not framework:
         rows.insert(1, ("threads per worker", str(threads)))
