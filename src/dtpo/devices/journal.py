@@ -9,12 +9,14 @@ machine restores them (:func:`restore_pending`, also ``dtpo restore``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
 import json
 import math
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -86,20 +88,40 @@ class KnobJournal:
         key = device.knob_key
         if key is None:
             raise DeviceError(f"{device.info.name} has no knobs to journal")
-        entries = self.entries()
-        if key in entries:
-            return False  # the first original wins: it is the state before anyone changed it
-        entries[key] = {"device": device.info.name, "original": asdict(device.knob_state()), "pid": os.getpid(),
-                        "host": socket.gethostname(),
-                        "since": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
-        self._write(entries)
+        with self._exclusive():
+            entries = self.entries()
+            if key in entries:
+                return False  # the first original wins: it is the state before anyone changed it
+            entries[key] = {"device": device.info.name, "original": asdict(device.knob_state()),
+                            "pid": os.getpid(), "host": socket.gethostname(),
+                            "since": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
+            self._write(entries)
         return True
 
     def forget(self, key: str) -> None:
         """Remove an entry once its device is back to its original settings."""
-        entries = self.entries()
-        if entries.pop(key, None) is not None:
-            self._write(entries)
+        with self._exclusive():
+            entries = self.entries()
+            if entries.pop(key, None) is not None:
+                self._write(entries)
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        """Hold the journal's lock file while reading and rewriting it: the ranks of a node share one journal,
+        and two unlocked read-modify-writes lose an entry (the later writer's copy lacks the other's device,
+        which then journals an already changed setting as its original)."""
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise JournalError(f"cannot lock the knob journal {self.path}: {exc.strerror or exc} "
+                               "(set DTPO_STATE_DIR to a writable folder)") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
 
     def original(self, key: str) -> KnobState | None:
         """The saved original settings of a device, if journaled."""
