@@ -1,5 +1,5 @@
 """The ``dtpo`` command: launch, train, bench, monitor, simulate, plan, report, dashboard, runs, restore,
-horovod-timeline.
+horovod-timeline, virtual-gpus.
 
 Errors a user can cause end in one line on stderr and exit code 2, never a traceback; an interrupt ends
 with one line and 130 (SIGINT) or 143 (SIGTERM).
@@ -27,6 +27,7 @@ from dtpo.cli.restore import restore_at_start, restore_command
 from dtpo.cli.runs import runs_app
 from dtpo.cli.simulate import simulate_app
 from dtpo.cli.train import train_command
+from dtpo.cli.virtual_gpus import virtual_gpus_app
 from dtpo.core.errors import DtpoError, first_line
 from dtpo.core.logs import configure_logging
 
@@ -50,6 +51,7 @@ app.command("dashboard", context_settings=CONTEXT)(dashboard_command)
 app.command("horovod-timeline", context_settings=CONTEXT)(horovod_command)
 app.add_typer(simulate_app, name="simulate", context_settings=CONTEXT)
 app.add_typer(runs_app, name="runs")
+app.add_typer(virtual_gpus_app, name="virtual-gpus")
 
 
 
@@ -127,7 +129,7 @@ def build_cli() -> Any:
 
 
 HELP_ORDER = ("launch", "train", "bench", "monitor", "restore", "simulate", "plan", "report", "dashboard", "runs",
-              "horovod-timeline")
+              "horovod-timeline", "virtual-gpus")
 
 
 def _help_position(name: str) -> int:

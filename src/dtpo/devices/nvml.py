@@ -21,6 +21,7 @@ without it, the detail warns that an index may name a different GPU for CUDA.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -28,16 +29,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from dtpo.devices import virtual_nvml
 from dtpo.devices.base import Device, DeviceError, DeviceInfo
 from dtpo.devices.integrator import PowerIntegrator
 from dtpo.devices.nvml_knobs import NvmlKnobs
 
 NOT_INSTALLED = "nvidia-ml-py is not installed (pip install 'dtpo[nvidia]')"
+COUNTER_WRAP = 2**64  # NVML's energy counter is an unsigned 64-bit count of millijoules
 MIG_NOTE = ("mig: MIG mode is on and NVML measures only the whole GPU, so this is the energy of the whole GPU, "
             "shared by all its MIG instances")
 
 
 def _pynvml() -> Any:
+    virtual_nvml.preload()  # DTPO_VIRTUAL_GPUS: the stand-in answers nvidia-ml-py's dlopen of libnvidia-ml.so.1
     try:
         import pynvml
     except ImportError:
@@ -239,11 +243,13 @@ class NvmlGpu(NvmlKnobs, Device):
         self._integrator: PowerIntegrator | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._wraps = 0
         label = f"gpu{index}"
         try:
             self._handle = nvml.nvmlDeviceGetHandleByIndex(index)
             self.uuid = _str(nvml.nvmlDeviceGetUUID(self._handle))
             model = _str(nvml.nvmlDeviceGetName(self._handle))
+            self.virtual = virtual_nvml.describe(nvml, self._handle)
             try:
                 self._start_mj = self._last_mj = int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
                 source = "nvml-counter"
@@ -266,6 +272,10 @@ class NvmlGpu(NvmlKnobs, Device):
             raise
         self.info = DeviceInfo(name=f"{label} ({model})", kind="gpu", source=source, estimated=False,
                                node_shared=False, detail=detail or self.uuid)
+        if self.virtual is not None:  # never a measurement: the record says simulated
+            how = "its energy counter" if source == "nvml-counter" else "power polled through NVML"
+            self.info = dataclasses.replace(self.info, source="simulated", estimated=True,
+                                            detail=f"{self.virtual}; read through {how}; {self.info.detail}")
 
     def _read_power_w(self) -> float:
         return self._nvml.nvmlDeviceGetPowerUsage(self._handle) / 1000.0
@@ -291,13 +301,26 @@ class NvmlGpu(NvmlKnobs, Device):
     def _read_counter(self) -> None:
         nvml = self._nvml
         try:
-            now = int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+            now = int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)) + self._wraps * COUNTER_WRAP
         except nvml.NVMLError as exc:
             raise DeviceError(f"{self.info.name}: energy counter unreadable: {_why(nvml, exc)}") from None
+        if now < self._last_mj and self._last_mj - now > COUNTER_WRAP // 2:
+            self._wraps += 1  # the 64-bit counter wrapped: count on from its top
+            now += COUNTER_WRAP
         if now < self._last_mj:
             raise DeviceError(f"{self.info.name}: NVML energy counter went backwards ({self._last_mj} -> {now} mJ); "
                               "was the driver reloaded or the GPU reset?")
         self._last_mj = now
+
+    def counter_mj(self) -> int | None:
+        """NVML's total-energy counter as it reads now (mJ since the driver loaded), or ``None`` without one."""
+        if self._integrator is not None or self._closed:
+            return None
+        nvml = self._nvml
+        try:
+            return int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        except nvml.NVMLError as exc:
+            raise DeviceError(f"{self.info.name}: energy counter unreadable: {_why(nvml, exc)}") from None
 
     def power_w(self) -> float | None:
         """Power now in watts (NVML's reading, averaged over about a second on recent GPUs), or None if unsupported.

@@ -13,6 +13,7 @@ from dtpo.core.config import RunConfig
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.record import RankRecord, RunRecord, StepRecord
 from dtpo.core.steps import RunView, Window
+from dtpo.devices import virtual_nvml
 from dtpo.devices.discovery import discover
 from dtpo.distributed.process_group import DistContext
 from dtpo.session.callbacks.energy import EnergyCallback
@@ -41,7 +42,9 @@ def builtin_callbacks(config: RunConfig, ctx: DistContext, progress: bool,
         The callbacks in call order, and the energy callback among them (``None`` when energy is off).
     """
     out: list[Callback] = []
-    cuda = ctx.device.type == "cuda"
+    # GPUs are looked for where the rank computes on one, or where virtual GPUs stand in for them (a CPU run
+    # whose GPU figures are simulated: DTPO_VIRTUAL_GPUS)
+    cuda = ctx.device.type == "cuda" or virtual_nvml.requested() is not None
     energy: EnergyCallback | None = None
     energy_devices = None
     if config.energy.enabled:

@@ -1,0 +1,62 @@
+/* The shared state of dtpo's virtual GPUs: one file, mapped by every process that loads the stand-in.
+ *
+ * Python writes it (dtpo.devices.virtual_nvml.state mirrors this layout with ctypes, and checks its size
+ * against dtpoVirtualGpuStateSize()); the stand-in for libnvidia-ml.so.1 reads and updates it under an
+ * exclusive lock (flock on the file, plus a mutex between threads of one process).
+ */
+#ifndef DTPO_VIRTUAL_NVML_STATE_H
+#define DTPO_VIRTUAL_NVML_STATE_H
+
+#include <stdint.h>
+
+#define VG_MAGIC 0x55504756u /* "VGPU" */
+#define VG_VERSION 1u
+#define VG_MAX_GPUS 16
+#define VG_MAX_CLOCKS 512
+#define VG_LIMIT_POINTS 64
+#define VG_TEXT 96
+#define VG_NOTE 256
+
+/* Feature flags of one GPU model: what NVML answers NOT_SUPPORTED for when absent. */
+#define VG_HAS_ENERGY_COUNTER 1u /* nvmlDeviceGetTotalEnergyConsumption: Volta and later */
+#define VG_HAS_LOCKED_CLOCKS 2u  /* nvmlDeviceSetGpuLockedClocks: Volta and later */
+#define VG_HAS_MIG 4u            /* nvmlDeviceGetMigMode answers (disabled) rather than NOT_SUPPORTED */
+
+typedef struct {
+    char name[VG_TEXT];         /* what nvmlDeviceGetName returns */
+    char uuid[VG_TEXT];         /* "GPU-..." */
+    char note[VG_NOTE];         /* the model behind the figures, for dtpoVirtualGpuDescribe */
+    uint32_t flags;
+    uint32_t min_limit_mw, max_limit_mw, default_limit_mw;
+    uint32_t limit_mw;          /* the power limit in force */
+    uint32_t mem_clock_mhz;
+    uint32_t locked_min_mhz, locked_max_mhz; /* 0, 0: clocks float */
+    uint32_t lost;              /* nonzero: every call on this GPU answers GPU_IS_LOST */
+    uint32_t lose_after_reads;  /* nonzero: lost once this many power or energy reads were made */
+    uint32_t reads;             /* power and energy reads so far, all processes together */
+    uint32_t n_limits;          /* points of the limit table */
+    uint32_t n_clocks;          /* supported SM clocks, ascending */
+    float idle_w;               /* board power with nothing running */
+    float utilization;          /* share of time busy, 0..1: power = idle + utilization * (busy - idle) */
+    float limit_w[VG_LIMIT_POINTS];         /* power limits, ascending */
+    float limit_busy_w[VG_LIMIT_POINTS];    /* busy power under each limit, clocks floating */
+    float limit_clock_mhz[VG_LIMIT_POINTS]; /* the SM clock it settles at */
+    uint32_t clocks_mhz[VG_MAX_CLOCKS];
+    float clock_busy_w[VG_MAX_CLOCKS];      /* busy power with clocks locked at each, no limit binding */
+    uint32_t pad;
+    uint64_t energy_offset_mj;  /* added to the counter (modulo 2^64): faults (a counter that wraps or jumps) */
+    double energy_mj;           /* energy since the state was made */
+    int64_t updated_ns;         /* CLOCK_MONOTONIC of the last update of energy_mj */
+} vg_gpu;
+
+typedef struct {
+    uint32_t magic, version;
+    uint32_t count;             /* GPUs */
+    uint32_t root;              /* nonzero: setters are allowed (as for root); else NO_PERMISSION */
+    uint32_t log_calls;         /* nonzero: append each call to calls.log beside the state */
+    uint32_t pad;
+    char driver_version[80];
+    vg_gpu gpus[VG_MAX_GPUS];
+} vg_state;
+
+#endif
