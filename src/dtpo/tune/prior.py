@@ -10,6 +10,7 @@ is measured before a choice is made, so a poor guess costs steps, never the resu
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -32,11 +33,16 @@ def spec_for(gpu_name: str) -> PowerSpec | None:
         return find_power_spec(gpu_name)
     except ConfigError:
         pass
-    words = gpu_name.lower().replace("-", " ").split()  # "NVIDIA H100 80GB HBM3" -> the H100's figures
-    for spec in POWER_SPECS:
-        if spec.name.lower().split("-")[0] in words:
-            return spec
-    return None
+    # "NVIDIA H100 80GB HBM3" or dtpo's device name "gpu0 (NVIDIA A40)" -> that model's figures
+    words = set(re.split(r"[^a-z0-9]+", gpu_name.lower()))
+    best: tuple[int, PowerSpec] | None = None
+    for spec in POWER_SPECS:  # the model word must match; then the most name parts ("pcie", "sxm") win
+        parts = re.split(r"[^a-z0-9]+", spec.name.lower())
+        if parts[0] in words:
+            score = sum(part in words for part in parts)
+            if best is None or score > best[0]:
+                best = (score, spec)
+    return best[1] if best else None
 
 
 def within_limits(spec: PowerSpec, limits: KnobLimits | None) -> PowerSpec:
