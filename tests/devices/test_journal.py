@@ -113,3 +113,26 @@ def test_a_valid_entry_with_locked_clocks_reads_back(journal: KnobJournal) -> No
     gpu.lock_sm_clocks(1410, 1410)
     journal.remember(gpu)
     assert journal.original("sim:/c") == KnobState(300.0, (1410, 1410))
+
+
+def _remember_many(path: str, rank: int, rounds: int) -> None:
+    journal = KnobJournal(Path(path))
+    for i in range(rounds):
+        journal.remember(Gpu(f"nvml:GPU-{rank}-{i}"))
+
+
+@pytest.mark.slow
+def test_ranks_journaling_at_once_keep_every_entry(tmp_path: Path) -> None:
+    # the ranks of a node share one journal: without a lock, a rank's rewrite drops another's fresh entry, and
+    # that rank later journals its tuned limit as the "original" (found on virtual GPUs: restored to 275 W)
+    import multiprocessing
+
+    path = tmp_path / "knobs-journal.json"
+    context = multiprocessing.get_context("fork")
+    workers = [context.Process(target=_remember_many, args=(str(path), rank, 25)) for rank in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    assert len(KnobJournal(path).entries()) == 4 * 25

@@ -64,6 +64,7 @@ def show_command(directory: DirArgument) -> None:
         raise ConfigError(f"no virtual GPUs in {directory}: make them with `dtpo virtual-gpus create {directory}`")
     os.environ[virtual_nvml.ENV] = str(directory.resolve())  # this process reads them through the binding
     from dtpo.devices.nvml import open_nvml_gpus
+    from dtpo.devices.virtual_nvml.state import STATE_FILE, locked
 
     table = Table(title=f"virtual GPUs in {directory} (simulated)")
     for column in ("gpu", "name", "power limit", "power", "SM clock", "energy counter"):
@@ -83,6 +84,10 @@ def show_command(directory: DirArgument) -> None:
                           "not supported" if counter is None else f"{counter:,} mJ")
         finally:
             device.close()
+    with locked(directory / STATE_FILE) as state:
+        for index in range(state.count):
+            if state.gpus[index].lost:
+                table.add_row(str(index), state.gpus[index].name.decode(), "-", "-", "-", "lost (GPU_IS_LOST)")
     make_console().print(table)
 
 

@@ -97,10 +97,19 @@ class _Visible:
     note: str = ""
 
 
-def _list_gpus(nvml: Any) -> list[_Gpu]:
+def _list_gpus(nvml: Any, lost: list[int] | None = None) -> list[_Gpu]:
+    """The GPUs NVML answers for; one that has fallen off the bus (``GPU_IS_LOST``) is left out, and its index
+    appended to ``lost``: one dead GPU must not leave the node's others unmeasured."""
     gpus = []
     for index in range(nvml.nvmlDeviceGetCount()):
-        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except nvml.NVMLError as exc:
+            if not _is(nvml, exc, "GpuIsLost"):
+                raise
+            if lost is not None:
+                lost.append(index)
+            continue
         try:
             mig = nvml.nvmlDeviceGetMigMode(handle)[0] == getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
         except (nvml.NVMLError, AttributeError):  # GPUs without MIG answer NotSupported
@@ -143,7 +152,9 @@ def _match(entry: str, prefix: str, candidates: list[tuple[str, _Gpu]]) -> tuple
 
 def _resolve(nvml: Any, env: Mapping[str, str]) -> list[_Visible]:
     """The GPUs CUDA shows this process, in CUDA's order, one entry per CUDA device."""
-    gpus = _list_gpus(nvml)
+    lost: list[int] = []
+    gpus = _list_gpus(nvml, lost)
+    by_index = {g.index: g for g in gpus}
     raw = env.get("CUDA_VISIBLE_DEVICES")
     mixed = len({g.model for g in gpus}) > 1 and env.get("CUDA_DEVICE_ORDER", "") != "PCI_BUS_ID"
     order_note = ("CUDA_DEVICE_ORDER is not PCI_BUS_ID on a node mixing GPU models: CUDA's index for this GPU "
@@ -176,9 +187,12 @@ def _resolve(nvml: Any, env: Mapping[str, str]) -> list[_Visible]:
                     from None
             if index < 0:
                 break  # CUDA ends the list at a negative index
-            if index >= len(gpus):
+            if index in lost:
+                raise DeviceError(f"CUDA_VISIBLE_DEVICES names GPU {index}, which NVML reports lost (fallen off "
+                                  "the bus)")
+            if index not in by_index:
                 raise DeviceError(f"CUDA_VISIBLE_DEVICES names GPU {index}, but NVML sees {len(gpus)} GPU(s)")
-            key, vis = gpus[index].uuid, _Visible(gpus[index], note=order_note)
+            key, vis = by_index[index].uuid, _Visible(by_index[index], note=order_note)
         if key in seen:
             raise DeviceError(f"CUDA_VISIBLE_DEVICES={raw!r} lists {entry!r} twice; CUDA rejects a repeated id")
         seen.add(key)
