@@ -291,3 +291,96 @@ def test_the_tree_and_the_simulated_job_agree_on_sweeps_and_help_placeholders() 
     assert SIM_SWEEPS == SWEEPS
     helps = {f.path: f.help.format_map(HELP_VALUES) for f in tree_fields(SimulateConfig)}  # no placeholder unknown
     assert f"{MAX_GPUS:,}" in helps["job.gpus"] and "{" not in "".join(helps.values())
+
+
+# -- every GPU of the catalogue, and a trace of a GPU outside it ----------------------------------------------------
+
+@pytest.mark.parametrize(("gpu", "name"), [
+    ("p100", "P100-PCIe"), ("p100-sxm2", "P100-SXM2"), ("t4", "T4"), ("rtx-6000", "RTX6000"), ("a6000", "A6000"),
+    ("l4", "L4"), ("l40s", "L40S"), ("a100-pcie", "A100-PCIe"), ("h100-pcie", "H100-PCIe"), ("h200", "H200"),
+    ("b200", "B200"), ("mi300x", "MI300X"),
+])
+def test_every_new_gpu_runs_a_short_tune(gpu: str, name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from dtpo.devices.physics.power_specs import find_power_spec
+
+    out = tmp_path / "tune.json"
+    code, printed, err = _simulate(["tune", "power-limit", "--gpu", gpu, "--gpus", "1", "--steps", "200",
+                                    "--json", str(out)], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert f"1 x {name}" in printed
+    data = json.loads(out.read_text())
+    spec = find_power_spec(name)
+    assert data["gpu"] == name and "gpu_note" not in data
+    chosen = data["result"]["choice"]["power_limit_w"]
+    assert spec.min_power_w <= chosen <= spec.max_power_w
+
+
+def test_list_names_every_gpu_with_its_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, printed, err = _simulate(["list"], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    for text in ("P100-PCIe (125-250 W)", "T4 (60-70 W)", "L4 (40-72 W)", "H200 (200-700 W)", "B200 (200-1000 W)",
+                 "MI300X (300-750 W)", "A40 (100-300 W)"):
+        assert text in printed
+
+
+def write_p100(folder: Path, gpu: str | None = None) -> Path:
+    """A P100-like sweep, 125-250 W (inside the A40's 100-300 W, which it must not borrow), optionally with a gpu
+    column."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "p100_sweep.csv"
+    lines = [("gpu," if gpu else "") + "power_limit,time_per_epoch,average_power,samples_per_epoch"]
+    lines += [(f"{gpu}," if gpu else "") + f"{w},{30 + 3000 / w:.2f},{0.85 * w:.1f},50000" for w in range(125, 251, 25)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_trace_without_gpu_gets_its_own_range_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write_p100(tmp_path / "in")
+    out = tmp_path / "sweep.json"
+    code, printed, err = _simulate(["sweep", "power-limit", "--trace", str(trace), "--gpus", "2", "--steps", "3000",
+                                    "--json", str(out)], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    [line] = err.splitlines()  # one line says where the range came from
+    assert line.startswith("dtpo: GPU model not named") and "power-limit range 125-250 W taken from the trace" in line
+    data = json.loads(out.read_text())
+    assert data["gpu"] == data["config"]["gpu"] == "unlisted-125-250W" and data["gpu_note"] == line[len("dtpo: "):]
+    limits = [r["power_limit_w"] for r in data["results"]]
+    assert min(limits) == 125 and max(limits) == data["baseline"]["power_limit_w"] == 250  # not the A40's 100-300 W
+    assert "2 x unlisted-125-250W" in printed
+
+
+def test_a_trace_naming_its_gpu_in_a_column_gets_that_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write_p100(tmp_path / "in", "Tesla P100-PCIE-16GB")
+    code, printed, err = _simulate(["list", "--trace", str(trace)], tmp_path, monkeypatch, capsys)
+    assert code == 0, err
+    assert f"traces in {trace} (measured on P100-PCIe, power limits 125-250 W)" in printed
+    assert err.splitlines() == [f"dtpo: GPU P100-PCIe, as the gpu column of {trace} names it ('Tesla P100-PCIE-16GB')"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--gpu", "Z9000"], "unknown GPU model 'Z9000'; choose one of A40, V100, H100-SXM, A100-SXM, MI250X, P100-PCIe, "),
+    (["--gpu", "Z9000"], "MI300X (or leave --gpu out to take the power-limit range from the trace)"),
+    (["--gpu", "T4"], "125 W is outside the T4's power-limit range 60-70 W (is T4 the GPU it was measured on?"),
+    (["--sweep", "sm-clock"], "--sweep sm-clock: the SM clocks of unlisted-125-250W, a GPU outside the catalogue"),
+    (["--tune", "both"], "--tune both: the SM clocks of unlisted-125-250W"),
+])
+def test_a_trace_with_a_wrong_gpu_or_clock_knob_is_one_line_and_exit_2(
+        args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    trace = write_p100(tmp_path / "in")
+    code, _, err = _simulate(["--steps", "10", "--trace", str(trace), *args], tmp_path, monkeypatch, capsys)
+    assert code == 2 and message in err.splitlines()[-1], err
+    assert err.splitlines()[-1].startswith("dtpo: error:") and "Traceback" not in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_an_unknown_gpu_without_a_trace_lists_the_catalogue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _simulate(["run", "--gpu", "p200", "--steps", "10"], tmp_path, monkeypatch, capsys)
+    assert code == 2 and err == ("dtpo: error: unknown GPU model 'p200'; choose one of A40, V100, H100-SXM, A100-SXM, "
+                                 "MI250X, P100-PCIe, P100-SXM2, T4, RTX6000, A6000, L4, L40S, A100-PCIe, H100-PCIe, "
+                                 "H200, B200, MI300X\n")

@@ -98,11 +98,11 @@ def test_assumed_powers_are_named_with_their_figures() -> None:
 
 
 def test_gpu_without_a_power_model_uses_its_datasheet() -> None:
-    watts = gpu_power("L40S", PowerSection())
-    assert watts.busy_w == pytest.approx(0.9 * 350.0)
-    assert watts.waiting_w == pytest.approx(0.1 * 350.0 + 0.1 * 350.0)  # idle assumed 10 % of 350 W, + 10 %
+    watts = gpu_power("A10", PowerSection())  # in the catalogue, without a power spec
+    assert watts.busy_w == pytest.approx(0.9 * 150.0)
+    assert watts.waiting_w == pytest.approx(0.1 * 150.0 + 0.1 * 150.0)  # idle assumed 10 % of 150 W, + 10 %
     notes = " | ".join(watts.assumptions)
-    assert "no power model" in notes and "NVIDIA L40S datasheet" in notes and "assumed 10% of the maximum" in notes
+    assert "no power model" in notes and "NVIDIA A10 datasheet" in notes and "assumed 10% of the maximum" in notes
 
 
 def test_a_power_limit_below_busy_power_lowers_gpu_energy() -> None:

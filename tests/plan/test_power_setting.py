@@ -32,7 +32,7 @@ def test_the_effects_are_relative_to_the_setting_the_calibration_measured() -> N
 
 
 def test_a_gpu_without_a_power_model_has_no_limits_and_a_workload_must_be_traced() -> None:
-    assert limit_model("L40S") is None  # datasheet figures only
+    assert limit_model("A10") is None  # datasheet figures only
     assert limit_model("A40", "resnet50/imagenet") is not None
     with pytest.raises(ConfigError):
         limit_model("A40", "gpt3/pile")

@@ -12,9 +12,12 @@ physical model), never a measurement; the output says which model ran and what i
 
 ``--trace FILE.csv`` calibrates the simulated GPUs on the user's own measured power-limit sweep, in the
 columns of the shipped Zeus files (``power_limit,time_per_epoch,average_power``, optionally
-``dataset,network,batch_size,optimizer`` and ``samples_per_epoch``; see
-:mod:`dtpo.devices.physics.user_trace`). ``--gpu`` names the GPU it was measured on; ``--workload`` and
-``--batch-size`` pick one trace when the file holds several; ``list --trace FILE`` lists them.
+``dataset,network,batch_size,optimizer``, ``samples_per_epoch`` and ``gpu``; see
+:mod:`dtpo.devices.physics.user_trace`). ``--gpu`` names the GPU it was measured on (a sweep beyond that GPU's
+power-limit range is refused); without it, the catalogued GPU the file's ``gpu`` column names, else a GPU outside
+the catalogue whose power-limit range is the file's lowest to highest limit, said in one logged line (and as
+``gpu_note`` in the result). The SM clocks of such a GPU are unknown, so only its power limit is swept or tuned.
+``--workload`` and ``--batch-size`` pick one trace when the file holds several; ``list --trace FILE`` lists them.
 
 ``stragglers`` runs a job whose ``--straggler`` ranks (``RANK:FACTOR[,RANK:FACTOR...]``, ``static``,
 ``drifting`` or ``intermittent`` by ``--straggler-pattern``, switching every ``--period`` steps) are slower, without
@@ -58,8 +61,8 @@ from dtpo.core.simulate_config import (
     SimulateConfig,
 )
 from dtpo.devices.physics.gpu_model import known_workloads
-from dtpo.devices.physics.power_specs import POWER_SPECS, find_power_spec
-from dtpo.devices.physics.user_trace import describe_trace, load_trace_file
+from dtpo.devices.physics.power_specs import POWER_SPECS, PowerSpec, find_power_spec
+from dtpo.devices.physics.user_trace import describe_trace, read_trace_file
 from dtpo.simulation.data_parallel import SettingResult, SimulatedJob, optimal, sweep_values
 from dtpo.simulation.job import MAX_GPUS, MAX_STEPS, PATTERNS, JobConfig
 from dtpo.simulation.job import Progress as StepsDone
@@ -116,6 +119,12 @@ def _bar(value: float, low: float, high: float) -> str:
     return "█" * filled
 
 
+def _change(value: float, reference: float) -> str:
+    """``value`` against ``reference`` in per cent; ``-`` where the reference is 0 (a setting so short that the
+    energy counter never advanced)."""
+    return f"{(value / reference - 1) * 100:+.1f}%" if reference > 0 else "-"
+
+
 def results_table(results: list[SettingResult], reference: SettingResult, title: str, caption: str) -> Table:
     """One row per setting: time, energy, power, J/sample, against ``reference``, the optima marked."""
     best_energy, best_time = optimal(results)
@@ -138,29 +147,58 @@ def results_table(results: list[SettingResult], reference: SettingResult, title:
             f"{r.power_limit_w:g}", "-" if r.sm_clock_mhz is None else str(r.sm_clock_mhz),
             f"{r.effective_clock_mhz:,.0f}", f"{r.time_s:,.1f}", f"{r.samples_per_s:,.1f}",
             f"{r.energy_j / 1e3:,.1f}", f"{r.average_power_w:,.0f}", f"{r.joules_per_sample:.4g}",
-            f"{(r.energy_j / reference.energy_j - 1) * 100:+.1f}%", f"{(r.time_s / reference.time_s - 1) * 100:+.1f}%",
+            _change(r.energy_j, reference.energy_j), _change(r.time_s, reference.time_s),
             *([_bar(r.joules_per_sample, low, high), ", ".join(marks)] if sweep else []))
     return table
 
 
-def simulate(config: SimulateConfig) -> None:
+def simulate(config: SimulateConfig, *, gpu_named: bool = True) -> None:
     """Run what ``config`` asks for (:attr:`SimulateConfig.mode`), print it, and save its result in a run
-    directory of its own, registered in the run store."""
+    directory of its own, registered in the run store.
+
+    ``gpu_named``: whether ``config.job.gpu`` was given (``--gpu``) rather than left at its default; with
+    ``--trace`` and no GPU named, the trace file says which GPU it is (see :func:`trace_gpu`).
+    """
     console = make_console()
     if config.mode == "list":
-        list_models(console, config)
+        list_models(console, config, gpu_named=gpu_named)
         return
     check_result_target("simulate", config.output.run_dir, config.output.store)
     started_at = now_iso()
-    run = {"stragglers": simulate_straggler_job, "tune": simulate_tuning}.get(config.mode, simulate_settings)
-    result = run(console, config)
+    if config.mode == "stragglers":
+        result = simulate_straggler_job(console, config)
+    else:
+        run = simulate_tuning if config.mode == "tune" else simulate_settings
+        result = run(console, config, gpu_named=gpu_named)
     save_result("simulate", result, config.output.run_dir, config.output.store, started_at, console)
 
 
-def list_models(console: Console, config: SimulateConfig) -> None:
+def trace_gpu(config: SimulateConfig, gpu_named: bool) -> tuple[PowerSpec, str | None]:
+    """The GPU a ``--trace`` run simulates, and the line saying how it was found when ``--gpu`` was not given.
+
+    With ``--gpu`` it is that GPU (a sweep beyond its range is refused when the file is read). Without, it is
+    the catalogued model the file's ``gpu`` column names, else a GPU outside the catalogue whose power-limit range
+    is the file's (:func:`dtpo.devices.physics.user_trace.read_trace_file`); that line is logged.
+
+    Raises:
+        ConfigError: An unknown ``--gpu`` (the message lists the choices), or a bad trace file.
+    """
+    assert config.job.trace is not None
+    if gpu_named:
+        try:
+            return find_power_spec(config.job.gpu), None
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (or leave --gpu out to take the power-limit range from the trace)") from None
+    read = read_trace_file(config.job.trace, None, batch_size=config.job.batch_size)
+    if read.note:
+        log.info("%s", read.note)
+    return read.spec, read.note
+
+
+def list_models(console: Console, config: SimulateConfig, *, gpu_named: bool = True) -> None:
     """The GPU models and workloads (``--trace``: the file's traces)."""
     if config.job.trace is not None:
-        _list_traces(console, config.job.trace, config.job.gpu, config.job.batch_size)
+        _list_traces(console, config, gpu_named)
         return
     console.print("GPU models: " + ", ".join(f"{s.name} ({s.min_power_w:g}-{s.max_power_w:g} W)"
                                              for s in POWER_SPECS))
@@ -179,17 +217,33 @@ def simulate_straggler_job(console: Console, config: SimulateConfig) -> dict[str
     return _simulate_stragglers(console, straggler_job, config.output.json)
 
 
-def _job_config(config: SimulateConfig) -> JobConfig:
-    """The simulated job of the setting, sweep and tuning modes (after ``--cost`` and ``--json`` were checked)."""
+def _job_config(config: SimulateConfig, gpu_named: bool = True) -> tuple[JobConfig, str | None]:
+    """The simulated job of the setting, sweep and tuning modes (after ``--cost`` and ``--json`` were checked),
+    and, for a trace whose GPU was not named, the line saying which GPU it is (:func:`trace_gpu`)."""
     job = config.job
     workload = job.workload
     if workload is None:
         workload = "" if job.trace is not None else DEFAULT_WORKLOAD
+    gpu, note = job.gpu, None
+    if job.trace is not None:
+        spec, note = trace_gpu(config, gpu_named)
+        gpu = spec.name
+        _check_clock_knobs(config, spec)
     ranks = config.stragglers.ranks
-    return JobConfig(gpu=job.gpu, workload=workload, gpus=job.gpus, steps=job.steps, batch_size=job.batch_size,
+    return JobConfig(gpu=gpu, workload=workload, gpus=job.gpus, steps=job.steps, batch_size=job.batch_size,
                      calibrated={"auto": None, "calibrated": True, "parametric": False}[job.model], seed=job.seed,
                      noise=job.noise, counter_period_s=_counter_period(config),
-                     stragglers=tuple(ranks), trace_file=None if job.trace is None else str(job.trace))
+                     stragglers=tuple(ranks), trace_file=None if job.trace is None else str(job.trace)), note
+
+
+def _check_clock_knobs(config: SimulateConfig, spec: PowerSpec) -> None:
+    """Refuse SM-clock settings on a GPU outside the catalogue: its clocks are unknown."""
+    knobs = config.knobs
+    clock = ("--sm-clock" if knobs.sm_clock_mhz is not None else "--sweep sm-clock" if knobs.sweep == "sm-clock"
+             else f"--tune {config.tune.knob}" if config.tune.knob in ("sm-clock", "both") else None)
+    if spec.from_trace and clock is not None:
+        raise ConfigError(f"{clock}: the SM clocks of {spec.name}, a GPU outside the catalogue, are unknown; sweep or "
+                          "tune the power limit, or name the GPU with --gpu (dtpo simulate list)")
 
 
 def _counter_period(config: SimulateConfig) -> float:
@@ -202,7 +256,7 @@ def _cost(config: SimulateConfig) -> CostMetric:
     return parse_cost(DEFAULT_COST if config.tune.cost is None else config.tune.cost)
 
 
-def simulate_tuning(console: Console, config: SimulateConfig) -> dict[str, object]:
+def simulate_tuning(console: Console, config: SimulateConfig, *, gpu_named: bool = True) -> dict[str, object]:
     """``--tune power-limit|sm-clock|both``: dtpo's power tuner on the simulated job (see
     :mod:`dtpo.cli.simulate_tune`)."""
     metric = _cost(config)
@@ -212,26 +266,27 @@ def simulate_tuning(console: Console, config: SimulateConfig) -> dict[str, objec
     json_out = config.output.json
     if json_out is not None:
         check_json_path(json_out)
-    job_config = _job_config(config)
+    job_config, note = _job_config(config, gpu_named)
     with SimulatedJob(job_config) as job, progress_bar(job_config.steps, job_config.gpus) as progress:
         run = run_tuning(job, knob, metric, tune_step, progress)
         data = print_tuning(console, run, job, knob, metric, tune_step)
     result = {"schema": SIMULATE_SCHEMA, "config": asdict(job_config), "gpu": job.model.spec.name,
-              "workload": job.model.workload, "knob": knob, "cost": metric.name, **data}
+              **({"gpu_note": note} if note else {}), "workload": job.model.workload, "knob": knob,
+              "cost": metric.name, **data}
     if json_out is not None:
         _write_json(json_out, result)
         console.print(f"results written to {json_out}")
     return result
 
 
-def simulate_settings(console: Console, config: SimulateConfig) -> dict[str, object]:
+def simulate_settings(console: Console, config: SimulateConfig, *, gpu_named: bool = True) -> dict[str, object]:
     """One setting (``--power-limit``, ``--sm-clock`` or neither) or a ``--sweep`` of a knob, each against the
     default settings, in one table with the optima marked."""
     _cost(config)
     json_out = config.output.json
     if json_out is not None:
         check_json_path(json_out)
-    job_config = _job_config(config)
+    job_config, note = _job_config(config, gpu_named)
     knobs, steps, gpus, trace = config.knobs, job_config.steps, job_config.gpus, config.job.trace
     sweep, power_limit, sm_clock = knobs.sweep, knobs.power_limit_w, knobs.sm_clock_mhz
     with SimulatedJob(job_config) as job:
@@ -263,8 +318,9 @@ def simulate_settings(console: Console, config: SimulateConfig) -> dict[str, obj
         console.print(f"energy-optimal: {_setting(best_energy)}, {best_energy.joules_per_sample:.4g} J/sample; "
                       f"time-optimal: {_setting(best_time)}, {best_time.samples_per_s:,.1f} samples/s")
     console.print("model assumptions: " + "; ".join(m.assumptions), style="dim")
-    result = {"schema": SIMULATE_SCHEMA, "config": asdict(job_config), "gpu": m.spec.name, "workload": m.workload,
-              "batch_size": m.batch_size, "calibrated": m.calibrated, "assumptions": list(m.assumptions),
+    result = {"schema": SIMULATE_SCHEMA, "config": asdict(job_config), "gpu": m.spec.name,
+              **({"gpu_note": note} if note else {}), "workload": m.workload, "batch_size": m.batch_size,
+              "calibrated": m.calibrated, "assumptions": list(m.assumptions),
               "baseline": baseline.as_dict(), "results": [r.as_dict() for r in results]}
     if json_out is not None:
         _write_json(json_out, result)
@@ -284,13 +340,15 @@ def warn_if_coarse(time_s: float, counter_period_s: float) -> None:
                     time_s / counter_period_s, counter_period_s, min(100.0, 200 * counter_period_s / time_s))
 
 
-def _list_traces(console: Console, trace: Path, gpu: str, batch_size: int | None) -> None:
+def _list_traces(console: Console, config: SimulateConfig, gpu_named: bool) -> None:
     """Print the traces of a user's trace file (``--list --trace FILE``)."""
-    traces = load_trace_file(trace, gpu, batch_size=batch_size)
-    spec = find_power_spec(gpu)
+    trace, batch_size = config.job.trace, config.job.batch_size
+    assert trace is not None
+    spec, _ = trace_gpu(config, gpu_named)
+    read = read_trace_file(trace, spec.name, batch_size=batch_size)
     console.print(f"traces in {trace} (measured on {spec.name}, power limits {spec.min_power_w:g}-"
                   f"{spec.max_power_w:g} W):")
-    for item in traces:
+    for item in read.traces:
         console.print(f"  {describe_trace(item)}", highlight=False, markup=False)
 
 
@@ -333,13 +391,22 @@ _EVERY = (*_JOB, *_KNOBS, *_TUNE, "stragglers.straggler", *_PATTERN, "output.jso
           "output.store", "output.list")
 
 
+def _gpu_named(ctx: typer.Context) -> bool:
+    """Whether ``--gpu`` was given (on the command line or from the environment), not left at its default."""
+    return ctx.get_parameter_source("job__gpu") not in (None, ParameterSource.DEFAULT)
+
+
+def _simulate_command(ctx: typer.Context, config: SimulateConfig) -> None:
+    simulate(config, gpu_named=_gpu_named(ctx))
+
+
 def _mode_command(doc: str, *, takes: tuple[str, ...], fixed: dict[str, object] | None = None,
                   argument: str | None = None) -> object:
     """A subcommand taking the flags ``takes`` (and ``argument`` as its positional argument) of the tree."""
     taken = set(takes) | ({argument} if argument else set())
-    return config_command(simulate, tree=SimulateConfig, help_values=HELP_VALUES, doc=doc, fixed=fixed,
+    return config_command(_simulate_command, tree=SimulateConfig, help_values=HELP_VALUES, doc=doc, fixed=fixed,
                           exclude=[p for p in _EVERY if p not in taken and p not in (fixed or {})],
-                          arguments=[argument] if argument else ())
+                          arguments=[argument] if argument else (), pass_context=True)
 
 
 _OUTPUT = ("output.json", "output.run_dir", "output.store")
@@ -374,7 +441,7 @@ def _earlier_spelling(ctx: typer.Context, config: SimulateConfig) -> None:
     Zeus traces.
     """
     if ctx.invoked_subcommand is None:
-        simulate(config)
+        simulate(config, gpu_named=_gpu_named(ctx))
         return
     typed = [p.opts[0] for p in ctx.command.params
              if p.name and ctx.get_parameter_source(p.name) not in (None, ParameterSource.DEFAULT)]

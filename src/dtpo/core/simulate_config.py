@@ -55,7 +55,9 @@ class SimJobConfig(Section):
     SECTION: ClassVar[str] = "job"
 
     gpu: str = field(default="A40", metadata=flag("--gpu"))
-    """GPU model: A40, V100, H100-SXM, A100-SXM, MI250X (with --trace: the GPU the trace was measured on)."""
+    """GPU model (dtpo simulate list names them: A40, V100, H100-SXM, A100-SXM, MI250X, P100-PCIe, T4, L4, L40S,
+    A100-PCIe, H100-PCIe, H200, B200, MI300X, ...). With --trace: the GPU it was measured on; left out, the one
+    the file's gpu column names, else a GPU with the trace's own power-limit range."""
     workload: str | None = field(default=None, metadata=flag("--workload", short="-w"))
     """Workload (see --list; default {DEFAULT_WORKLOAD}). With --trace: which of the file's traces, as NETWORK,
     NETWORK/DATASET or NETWORK/DATASET/OPTIMIZER (default: the file's only one)."""
@@ -71,7 +73,8 @@ class SimJobConfig(Section):
     trace: Path | None = field(default=None, metadata=flag("--trace"))
     """Calibrate on your own measured power-limit sweep: a CSV with the shipped Zeus columns
     power_limit,time_per_epoch,average_power (W, s, W), optionally dataset,network,batch_size,optimizer and
-    samples_per_epoch (needed unless the dataset is one dtpo knows). Name its GPU with --gpu."""
+    samples_per_epoch (needed unless the dataset is one dtpo knows) and gpu. Name its GPU with --gpu, or leave the
+    power-limit range to the file."""
     noise: float = field(default=0.01, metadata=flag("--noise"))
     """Relative noise (std) on step time and power."""
     counter_period: float | None = field(default=None, metadata=flag("--counter-period"))

@@ -15,8 +15,9 @@ out; ``baseline`` and ``work`` each take one of the forms their rows offer)::
     field                          type               unit      default       meaning
     -----------------------------  -----------------  --------  ------------  ------------------------------------------
     gpu                            str                          required      GPU model: a power-model name or alias
-                                                                              (A40, V100, H100-SXM, A100-SXM, MI250X,
-                                                                              H100, A100), any GPU of the datasheet
+                                                                              as dtpo simulate list names them (A40,
+                                                                              H100-SXM, L40S, T4, MI300X, ...; H100,
+                                                                              A100, ...), any GPU of the datasheet
                                                                               catalogue (H100 PCIe, L40S, ...), or cpu
                                                                               (then power.busy_power_w is required)
     gpus_per_node                  int >= 1                     8             GPUs (or CPU workers) per node

@@ -216,7 +216,8 @@ def test_bad_input_raises_one_line_config_errors() -> None:
         (lambda: load_model("A40", "gpt9"), "resnet50/imagenet"),
         (lambda: load_model("h100", "gpt9"), "resnet50/imagenet"),
         (lambda: load_model("A40", "resnet50", 0), "positive integer"),
-        (lambda: find_power_spec("b200"), "A40, V100, H100-SXM, A100-SXM, MI250X"),
+        (lambda: find_power_spec("z9000"), "A40, V100, H100-SXM, A100-SXM, MI250X, P100-PCIe, .*, MI300X$"),
+        (lambda: load_model("unlisted-125-250W", "resnet50"), "outside the catalogue known only by its measured"),
     ]:
         with pytest.raises(ConfigError, match=pattern) as err:
             call()

@@ -10,7 +10,7 @@ import pytest
 from dtpo.core.errors import ConfigError
 from dtpo.devices.physics.gpu_model import CalibratedModel, load_model
 from dtpo.devices.physics.traces import load_traces, trace_csv_rows
-from dtpo.devices.physics.user_trace import describe_trace, load_trace_file, pick_trace
+from dtpo.devices.physics.user_trace import describe_trace, load_trace_file, pick_trace, read_trace_file
 
 ZEUS_HEADER = "dataset,network,batch_size,optimizer,power_limit,time_per_epoch,average_power"
 IMAGENET = 1_281_167
@@ -153,7 +153,11 @@ BAD_FILES = [
                        f"{GOOD},150,15,140"),
      ["row 3, column power_limit", "batch 512", "has one power limit", "at least 2"]),
     ("out of range", rows(f"{GOOD},100,20,110", f"{GOOD},350,15,140"),
-     ["row 3, column power_limit", "350 W is outside the A40's power-limit range 100-300 W"]),
+     ["row 3, column power_limit", "350 W is outside the A40's power-limit range 100-300 W",
+      "Leave --gpu out to take the range from the trace"]),
+    ("two gpus", "gpu,power_limit,time_per_epoch,average_power,samples_per_epoch\nA40,100,20,110,50\n"
+                 "a40,150,15,140,50\nNVIDIA A40,200,12,180,50\n",
+     ["row 4, column gpu", "'NVIDIA A40' differs from 'A40' in row 2", "one GPU model"]),
     ("unknown dataset", rows(f"{GOOD},100,20,110", "mydata,net,8,sgd,100,20,110", f"{GOOD},150,15,140",
                              "mydata,net,8,sgd,200,10,190"),
      ["row 3, column dataset", "'mydata'", "add a samples_per_epoch column"]),
@@ -205,3 +209,50 @@ def test_a_bom_spaces_case_and_crlf_are_accepted(tmp_path: Path) -> None:
                      "100, 20 ,110,1000\r\n,,,\r\n150,15,140,1000\r\n".encode())
     [trace] = load_trace_file(path, "A40")
     assert trace.power_limits_w == (100.0, 150.0) and trace.samples_per_epoch == 1000
+
+
+def write_p100(tmp_path: Path, gpu: str | None = None, name: str = "p100_sweep.csv") -> Path:
+    """A made-up P100 PCIe sweep over its whole 125-250 W range, optionally with a gpu column."""
+    path = tmp_path / name
+    lines = [("gpu," if gpu is not None else "") + "power_limit,time_per_epoch,average_power,samples_per_epoch"]
+    for limit in range(125, 251, 25):
+        lines.append(("" if gpu is None else f"{gpu},") + f"{limit},{30 + 3000 / limit:.2f},{0.85 * limit:.1f},50000")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_trace_of_an_unnamed_gpu_takes_its_own_power_limit_range(tmp_path: Path) -> None:
+    path = write_p100(tmp_path)
+    read = read_trace_file(path)
+    assert read.spec.from_trace and read.spec.name == "unlisted-125-250W"
+    assert (read.spec.min_power_w, read.spec.max_power_w) == (125.0, 250.0)  # not the A40's 100-300 W
+    assert read.note is not None and "\n" not in read.note
+    assert "GPU model not named" in read.note and "power-limit range 125-250 W taken from the trace" in read.note
+    [trace] = read.traces
+    assert trace.gpu == "unlisted-125-250W" and load_trace_file(path, None) == [trace]
+    model = CalibratedModel(trace)
+    assert model.spec == read.spec and model.at(None).power_limit_w == 250.0
+    with pytest.raises(ConfigError, match="outside unlisted-125-250W's range 125-250 W"):
+        model.at(100.0)
+    assert read_trace_file(path, "P100").note is None  # named: no note, the catalogue's spec
+    assert read_trace_file(path, "P100").spec.name == "P100-PCIe"
+
+
+@pytest.mark.parametrize(("column", "name", "said"), [
+    ("Tesla P100-PCIE-16GB", "P100-PCIe", "GPU P100-PCIe, as the gpu column of"),
+    ("p100", "P100-PCIe", "('p100')"),
+    ("Tesla K80", "unlisted-125-250W", "GPU model 'Tesla K80' (the gpu column of"),
+])
+def test_the_gpu_column_names_the_gpu(tmp_path: Path, column: str, name: str, said: str) -> None:
+    read = read_trace_file(write_p100(tmp_path, column))
+    assert read.spec.name == name and read.note is not None and said in read.note
+    assert read_trace_file(write_p100(tmp_path, column), "V100").spec.name == "V100"  # the caller wins
+
+
+def test_a_sweep_beyond_the_named_or_column_gpus_range_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"row 2, column power_limit: 125 W is outside the T4's power-limit range "
+                                          r"60-70 W \(the GPU the file's gpu column names \('Tesla T4'\)"):
+        read_trace_file(write_p100(tmp_path, "Tesla T4"))
+    with pytest.raises(ConfigError, match=r"row 2, column power_limit: 125 W is outside the H100-PCIe's power-limit "
+                                          r"range 200-350 W \(is H100-PCIe the GPU .* Leave --gpu out"):
+        read_trace_file(write_p100(tmp_path), "h100-pcie")

@@ -60,7 +60,7 @@ from functools import cache, lru_cache
 import numpy as np
 
 from dtpo.core.errors import ConfigError
-from dtpo.devices.physics.power_specs import PowerSpec, find_power_spec
+from dtpo.devices.physics.power_specs import PowerSpec, find_power_spec, power_spec_names
 from dtpo.devices.physics.traces import (
     Trace,
     default_batch_size,
@@ -510,9 +510,13 @@ def load_model(gpu: str, workload: str, batch_size: int | None = None,
             ``None``: calibrated where a trace of (gpu, workload, batch size) exists, else parametric.
 
     Raises:
-        ConfigError: Unknown GPU or workload, a bad batch size, or ``calibrated=True`` without a trace.
+        ConfigError: Unknown GPU or workload, a bad batch size, ``calibrated=True`` without a trace, or a GPU
+            outside the catalogue (``unlisted-<min>-<max>W``: it exists only with its trace).
     """
     spec = find_power_spec(gpu)
+    if spec.from_trace:
+        raise ConfigError(f"{spec.name} is a GPU outside the catalogue known only by its measured trace: simulate it "
+                          f"with that trace, or choose one of {', '.join(power_spec_names())}")
     network, dataset = resolve_workload(workload)
     if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) != batch_size
                                    or batch_size < 1):

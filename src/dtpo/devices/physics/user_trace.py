@@ -15,10 +15,18 @@ the shipped Zeus files (``dtpo/devices/physics/data/zeus_nsdi23/summary_power_a4
   ``time_per_epoch / samples_per_epoch``). Without it (or with the cell empty) the dataset must be one dtpo
   knows (:data:`dtpo.devices.physics.gpu_model.DATASET_SAMPLES`). One trace has one epoch size.
 
-The file has no GPU column, so the caller names the GPU (``--gpu``); every power limit must lie in that GPU's
-range (:func:`dtpo.devices.physics.power_specs.find_power_spec`). Each trace needs at least two distinct power
-limits. Blank lines are skipped. A bad file raises one :class:`ConfigError` line naming the file, the row as a
-spreadsheet numbers it (the header is row 1) and the column.
+* optional: ``gpu``, the GPU the sweep was measured on, as a catalogue name or alias or as nvidia-smi names it
+  (``P100``, ``Tesla P100-PCIE-16GB``, ``NVIDIA A100 80GB PCIe``); one value for the whole file.
+
+Which GPU the sweep was measured on (:func:`read_trace_file`): the one the caller names (``--gpu``; it wins over
+the ``gpu`` column), else the catalogued model the ``gpu`` column names
+(:func:`dtpo.devices.physics.power_specs.match_power_spec`), else a GPU outside the catalogue whose power-limit
+range is the lowest and highest limit in the file (:func:`dtpo.devices.physics.power_specs.trace_range_spec`),
+said in one line (:attr:`TraceFile.note`). Every power limit must lie in a catalogued GPU's range: a sweep beyond
+it is refused, not clamped (it was measured on another GPU, or another board of the model: clamping would drop or
+move measurements). Each trace needs at least two distinct power limits. Blank lines are skipped. A bad file
+raises one :class:`ConfigError` line naming the file, the row as a spreadsheet numbers it (the header is row 1)
+and the column.
 """
 
 from __future__ import annotations
@@ -32,12 +40,13 @@ from pathlib import Path
 
 from dtpo.core.errors import ConfigError
 from dtpo.devices.physics.gpu_model import DATASET_SAMPLES
-from dtpo.devices.physics.power_specs import PowerSpec, find_power_spec
+from dtpo.devices.physics.power_specs import PowerSpec, find_power_spec, match_power_spec, trace_range_spec
 from dtpo.devices.physics.traces import Trace, TracePoint
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("power_limit", "time_per_epoch", "average_power")
 WORKLOAD_COLUMNS: tuple[str, ...] = ("dataset", "network", "batch_size", "optimizer")
 SAMPLES_COLUMN = "samples_per_epoch"
+GPU_COLUMN = "gpu"
 DEFAULT_NETWORK = "custom"
 DEFAULT_OPTIMIZER = "unspecified"
 DEFAULT_BATCH_SIZE = 1
@@ -53,6 +62,30 @@ class _Group:
     rows: dict[float, int] = field(default_factory=dict)
     samples: int | None = None
     samples_row: int = 0
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """A user's trace file as read: its traces and the GPU they were measured on.
+
+    Attributes:
+        traces: One trace per (network, dataset, batch size, optimizer), sorted by that key.
+        spec: The GPU's power spec: a catalogued one, or one of the file's own power-limit range.
+        note: How the GPU was found when the caller named none (one line, e.g. "GPU model not named ...: power-limit
+            range 125-250 W taken from the trace"); ``None`` when the caller named it.
+    """
+
+    traces: tuple[Trace, ...]
+    spec: PowerSpec
+    note: str | None = None
+
+
+@dataclass
+class _GpuCell:
+    """The file's ``gpu`` column: its value and the row it first appears in."""
+
+    value: str | None = None
+    row: int = 0
 
 
 def _fail(name: str, row: int, column: str | None, message: str) -> ConfigError:
@@ -118,13 +151,14 @@ def _header(name: str, first: list[str]) -> dict[str, int]:
     return columns
 
 
-def load_trace_file(path: str | Path, gpu: str, *, batch_size: int | None = None) -> list[Trace]:
+def load_trace_file(path: str | Path, gpu: str | None, *, batch_size: int | None = None) -> list[Trace]:
     """The traces in a user's CSV of measured power limits (see the module docs for the format).
 
     Args:
         path: The CSV file.
         gpu: The GPU the sweep was measured on (any name or alias
-            :func:`dtpo.devices.physics.power_specs.find_power_spec` accepts, e.g. ``"H100-SXM"``).
+            :func:`dtpo.devices.physics.power_specs.find_power_spec` accepts, e.g. ``"H100-SXM"``); ``None``:
+            the file says (see :func:`read_trace_file`).
         batch_size: Batch size of rows that name none (no ``batch_size`` column, or an empty cell);
             ``None``: 1.
 
@@ -137,7 +171,24 @@ def load_trace_file(path: str | Path, gpu: str, *, batch_size: int | None = None
         ConfigError: Unknown GPU, or a bad file: one line naming the file, the row (header = row 1) and the
             column.
     """
-    spec = find_power_spec(gpu)
+    return list(read_trace_file(path, gpu, batch_size=batch_size).traces)
+
+
+def read_trace_file(path: str | Path, gpu: str | None = None, *, batch_size: int | None = None) -> TraceFile:
+    """A user's CSV of measured power limits: its traces and the GPU they were measured on.
+
+    Args:
+        path: The CSV file.
+        gpu: The GPU the sweep was measured on (see :func:`load_trace_file`); ``None``: the catalogued model the
+            file's ``gpu`` column names, else a GPU outside the catalogue whose power-limit range is the lowest and
+            highest limit in the file (:attr:`TraceFile.note` says which).
+        batch_size: Batch size of rows that name none; ``None``: 1.
+
+    Raises:
+        ConfigError: Unknown GPU, a power limit outside the GPU's range, or a bad file: one line naming the file,
+            the row (header = row 1) and the column.
+    """
+    named = None if gpu is None else find_power_spec(gpu)
     path = Path(path)
     name = str(path)
     if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) != batch_size or batch_size < 1):
@@ -152,6 +203,7 @@ def load_trace_file(path: str | Path, gpu: str, *, batch_size: int | None = None
                                    "and one row per measured power limit")
     reader = csv.reader(io.StringIO(text, newline=""))
     groups: dict[tuple[str, str, int, str], _Group] = {}
+    gpu_cell = _GpuCell()
     columns: dict[str, int] | None = None
     row = 0
     try:
@@ -163,12 +215,56 @@ def load_trace_file(path: str | Path, gpu: str, *, batch_size: int | None = None
             if columns is None:
                 columns = _header(name, cells)
                 continue
-            _add_row(name, row, cells, columns, groups, default_batch, path.stem, spec)
+            _add_row(name, row, cells, columns, groups, default_batch, path.stem)
+            _add_gpu(name, row, _cell(cells, columns, GPU_COLUMN), gpu_cell)
     except csv.Error as exc:
         raise _fail(name, row + 1, None, f"not a CSV ({exc})") from None
     if not groups:
         raise _fail(name, 2, None, "no measurements below the header; one row per measured power limit is needed")
-    return _traces(name, spec.name, groups)
+    spec, note = (named, None) if named is not None else _gpu_of_file(name, groups, gpu_cell)
+    _check_range(name, spec, groups, named is not None, gpu_cell)
+    return TraceFile(tuple(_traces(name, spec.name, groups)), spec, note)
+
+
+def _add_gpu(name: str, row: int, value: str | None, seen: _GpuCell) -> None:
+    """Note the ``gpu`` cell of a row: one GPU per file."""
+    if value is None:
+        return
+    if seen.value is None:
+        seen.value, seen.row = value, row
+    elif " ".join(value.lower().split()) != " ".join(seen.value.lower().split()):
+        raise _fail(name, row, GPU_COLUMN, f"{value!r} differs from {seen.value!r} in row {seen.row}; one file holds "
+                                           "the sweeps of one GPU model")
+
+
+def _gpu_of_file(name: str, groups: dict[tuple[str, str, int, str], _Group],
+                 gpu_cell: _GpuCell) -> tuple[PowerSpec, str]:
+    """The GPU of a file the caller named none for, and the line saying how it was found."""
+    if gpu_cell.value is not None:
+        spec = match_power_spec(gpu_cell.value)
+        if spec is not None:
+            return spec, f"GPU {spec.name}, as the gpu column of {name} names it ({gpu_cell.value!r})"
+    limits = [limit for group in groups.values() for limit in group.points]
+    spec = trace_range_spec(min(limits), max(limits))
+    what = (f"GPU model {gpu_cell.value!r} (the gpu column of {name}) is not in the catalogue"
+            if gpu_cell.value is not None else f"GPU model not named (no --gpu, no gpu column in {name})")
+    return spec, (f"{what}: power-limit range {spec.min_power_w:g}-{spec.max_power_w:g} W taken from the trace "
+                  f"(GPU {spec.name}; its idle and static power, clocks and FLOP/s are estimates)")
+
+
+def _check_range(name: str, spec: PowerSpec, groups: dict[tuple[str, str, int, str], _Group], named: bool,
+                 gpu_cell: _GpuCell) -> None:
+    """Refuse the first row (in file order) whose power limit lies outside the GPU's range."""
+    outside = [(group.rows[limit], limit) for group in groups.values() for limit in group.points
+               if not spec.min_power_w - 1e-6 <= limit <= spec.max_power_w + 1e-6]
+    if not outside:
+        return
+    row, limit = min(outside)
+    hint = (f"is {spec.name} the GPU it was measured on? Leave --gpu out to take the range from the trace" if named
+            else f"the GPU the file's gpu column names ({gpu_cell.value!r}); correct that column, or name the GPU "
+                 "with --gpu")
+    raise _fail(name, row, "power_limit", f"{limit:g} W is outside the {spec.name}'s power-limit range "
+                                          f"{spec.min_power_w:g}-{spec.max_power_w:g} W ({hint})")
 
 
 def _cell(cells: list[str], columns: dict[str, int], column: str) -> str | None:
@@ -180,8 +276,7 @@ def _cell(cells: list[str], columns: dict[str, int], column: str) -> str | None:
 
 
 def _add_row(name: str, row: int, cells: list[str], columns: dict[str, int],
-             groups: dict[tuple[str, str, int, str], _Group], default_batch: int, stem: str,
-             spec: PowerSpec) -> None:
+             groups: dict[tuple[str, str, int, str], _Group], default_batch: int, stem: str) -> None:
     width = max(columns.values()) + 1
     if len(cells) > width and any(cell.strip() for cell in cells[width:]):
         raise _fail(name, row, None, f"{len(cells)} values but the header names {width} columns")
@@ -201,10 +296,6 @@ def _add_row(name: str, row: int, cells: list[str], columns: dict[str, int],
     key = (network, dataset, batch, optimizer)
     group = groups.setdefault(key, _Group(first_row=row))
     limit = values["power_limit"]
-    if not spec.min_power_w - 1e-6 <= limit <= spec.max_power_w + 1e-6:
-        raise _fail(name, row, "power_limit", f"{limit:g} W is outside the {spec.name}'s power-limit range "
-                                              f"{spec.min_power_w:g}-{spec.max_power_w:g} W (is {spec.name} the GPU "
-                                              "it was measured on?)")
     if limit in group.points:
         raise _fail(name, row, "power_limit", f"{limit:g} W appears twice in the trace of {network}/{dataset} "
                                               f"batch {batch} {optimizer} (rows {group.rows[limit]} and {row})")
