@@ -12,6 +12,7 @@ from dtpo.tune.prior import spec_for
     ("gpu3 (Tesla V100-PCIE-32GB)", "V100"),
     ("NVIDIA H100 80GB HBM3", "H100-SXM"),
     ("NVIDIA A100-SXM4-80GB", "A100-SXM"),
+    ("gpu1 (NVIDIA H100 PCIe)", "H100-PCIe"),  # not the SXM part's 700 W
 ])
 def test_nvml_and_device_names_find_their_spec(name: str, spec: str) -> None:
     found = spec_for(name)
@@ -20,3 +21,4 @@ def test_nvml_and_device_names_find_their_spec(name: str, spec: str) -> None:
 
 def test_an_unknown_gpu_has_no_spec() -> None:
     assert spec_for("gpu0 (Matrox G200)") is None
+    assert spec_for("NVIDIA H100 NVL") is None  # a 400 W part the catalogue lacks: no borrowed SXM figures

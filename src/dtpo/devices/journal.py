@@ -107,13 +107,14 @@ class KnobJournal:
 
     @contextlib.contextmanager
     def _exclusive(self) -> Iterator[None]:
-        """Hold the journal's lock file while reading and rewriting it: the ranks of a node share one journal,
-        and two unlocked read-modify-writes lose an entry (the later writer's copy lacks the other's device,
-        which then journals an already changed setting as its original)."""
-        lock_path = self.path.with_name(self.path.name + ".lock")
+        """Hold a lock on the journal's folder while reading and rewriting the journal: the ranks of a node share
+        one journal, and two unlocked read-modify-writes lose an entry (the later writer's copy lacks the other's
+        device, which then journals an already changed setting as its original). The folder is locked, not a
+        lock file, so nothing is left behind."""
+        folder = self.path.parent
         try:
-            lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise JournalError(f"cannot lock the knob journal {self.path}: {exc.strerror or exc} "
                                "(set DTPO_STATE_DIR to a writable folder)") from None

@@ -10,7 +10,6 @@ is measured before a choice is made, so a poor guess costs steps, never the resu
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable
 
 import numpy as np
@@ -18,7 +17,7 @@ import numpy as np
 from dtpo.core.errors import ConfigError
 from dtpo.devices.base import KnobLimits
 from dtpo.devices.physics.gpu_model import ParametricModel
-from dtpo.devices.physics.power_specs import POWER_SPECS, PowerSpec, find_power_spec
+from dtpo.devices.physics.power_specs import PowerSpec, match_power_spec
 from dtpo.tune.cost import CostContext, CostMetric
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Estimate
@@ -28,21 +27,9 @@ ACTIVITIES = np.round(np.arange(0.10, 2.0 + 1e-9, 0.02), 4)
 
 
 def spec_for(gpu_name: str) -> PowerSpec | None:
-    """The power spec of a GPU by (NVML or catalogue) name, or ``None`` when dtpo has no figures for it."""
-    try:
-        return find_power_spec(gpu_name)
-    except ConfigError:
-        pass
-    # "NVIDIA H100 80GB HBM3" or dtpo's device name "gpu0 (NVIDIA A40)" -> that model's figures
-    words = set(re.split(r"[^a-z0-9]+", gpu_name.lower()))
-    best: tuple[int, PowerSpec] | None = None
-    for spec in POWER_SPECS:  # the model word must match; then the most name parts ("pcie", "sxm") win
-        parts = re.split(r"[^a-z0-9]+", spec.name.lower())
-        if parts[0] in words:
-            score = sum(part in words for part in parts)
-            if best is None or score > best[0]:
-                best = (score, spec)
-    return best[1] if best else None
+    """The power spec of a GPU by its NVML, catalogue or dtpo device name (``"gpu0 (NVIDIA A40)"``), or ``None``
+    when dtpo has no figures for that part (see :func:`dtpo.devices.physics.power_specs.match_power_spec`)."""
+    return match_power_spec(gpu_name)
 
 
 def within_limits(spec: PowerSpec, limits: KnobLimits | None) -> PowerSpec:

@@ -1,0 +1,267 @@
+"""Virtual GPUs: dtpo's NVML stand-in, read and set through the real nvidia-ml-py binding, unmodified."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from dtpo.core.errors import ConfigError
+from dtpo.devices.base import DeviceError, KnobError
+from dtpo.devices.knobs import KnobController
+from dtpo.devices.nvml import open_nvml_gpus
+from dtpo.devices.virtual_nvml import ENV, VirtualGpus, preload
+from dtpo.devices.virtual_nvml import state as st
+from dtpo.devices.virtual_nvml.make import create, inject
+from dtpo.energy.monitor import Monitor
+
+pynvml = pytest.importorskip("pynvml", reason="nvidia-ml-py (the dev extra) is not installed")
+if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+    pytest.skip("no C compiler to build the NVML stand-in (install gcc)", allow_module_level=True)
+
+
+def _make(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **options: object) -> VirtualGpus:
+    made = create(tmp_path / "vgpu", **options)  # type: ignore[arg-type]
+    monkeypatch.setenv(ENV, str(made.directory))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return made
+
+
+def _calls(made: VirtualGpus) -> list[list[str]]:
+    return [line.split() for line in made.call_log.read_text().splitlines()]
+
+
+def test_the_real_binding_reads_them_in_nvml_units(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, gpu="A40", count=2, log_calls=True)
+    gpus = open_nvml_gpus()
+    try:
+        assert [g.info.name for g in gpus] == ["gpu0 (NVIDIA A40)", "gpu1 (NVIDIA A40)"]
+        assert gpus[0].uuid != gpus[1].uuid and gpus[0].uuid.startswith("GPU-")
+        info = gpus[0].info
+        assert (info.source, info.estimated) == ("simulated", True)  # never a measurement
+        assert "simulated, not measured" in info.detail and "energy counter" in info.detail
+        limits = gpus[0].knob_limits()
+        assert (limits.min_power_limit_w, limits.max_power_limit_w, limits.default_power_limit_w) == (100, 300, 300)
+        assert limits.sm_clocks_mhz[0] == 210 and limits.sm_clocks_mhz[-1] == 1740  # the A40's clocks
+        assert 30 < gpus[0].power_w() <= 300  # milliwatts read as watts: a unit slip would be 1000x off
+    finally:
+        for gpu in gpus:
+            gpu.close()
+    # the binding called the versioned entry points, as it does on a real driver
+    names = [call[1] for call in _calls(made)]
+    assert "nvmlDeviceGetHandleByIndex" in names and "dtpoVirtualGpuDescribe" in names
+
+
+def test_the_counter_advances_at_the_power_in_force(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _make(tmp_path, monkeypatch, gpu="A40", root=True)
+    (gpu,) = open_nvml_gpus()
+    drawn = {}
+    try:
+        for limit in (300.0, 150.0):
+            gpu.set_power_limit(limit)
+            power = drawn[limit] = gpu.power_w()
+            t0 = time.monotonic()
+            first = gpu.counter_mj()
+            t1 = time.monotonic()
+            while time.monotonic() - t1 < 0.05:
+                pass
+            t2 = time.monotonic()
+            second = gpu.counter_mj()
+            t3 = time.monotonic()
+            assert first is not None and second is not None
+            joules = (second - first) / 1000.0
+            # the readings were taken inside [t0, t1] and [t2, t3]: energy lies between power x the two spans
+            assert power * (t2 - t1) * 0.99 - 0.002 <= joules <= power * (t3 - t0) * 1.01 + 0.002
+        assert drawn[150.0] < drawn[300.0]
+    finally:
+        gpu.close()
+
+
+def test_a_lower_limit_or_clock_lock_draws_less(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _make(tmp_path, monkeypatch, gpu="V100", root=True)
+    (gpu,) = open_nvml_gpus()
+    try:
+        full, full_clock = gpu.power_w(), gpu.sm_clock_mhz()
+        gpu.set_power_limit(150)
+        capped, capped_clock = gpu.power_w(), gpu.sm_clock_mhz()
+        assert capped <= 150 < full and capped_clock < full_clock
+        gpu.set_power_limit(250)
+        gpu.lock_sm_clocks(135, 900)
+        assert gpu.sm_clock_mhz() <= 900 and gpu.power_w() < full
+        gpu.unlock_sm_clocks()
+        assert gpu.power_w() == pytest.approx(full)
+    finally:
+        gpu.close()
+
+
+def test_setting_without_root_is_refused_and_tuning_falls_back_to_observing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DTPO_STATE_DIR", str(tmp_path / "state"))
+    _make(tmp_path, monkeypatch, gpu="A40", root=False)
+    (gpu,) = open_nvml_gpus()
+    try:
+        with pytest.raises(KnobError, match="Insufficient Permissions") as refused:
+            gpu.set_power_limit(200)
+        assert refused.value.permission
+        lines: list[str] = []
+        controller = KnobController("apply", log=lines.append)
+        assert controller.set_power_limit(gpu, 200) is False
+        assert controller.mode == "observe" and "continuing in observe mode" in lines[-1]
+        assert gpu.knob_state().power_limit_w == 300  # nothing changed
+        assert not (tmp_path / "state" / "knobs-journal.json").exists()  # and nothing left to restore
+    finally:
+        gpu.close()
+
+
+def test_limits_outside_the_constraints_are_invalid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _make(tmp_path, monkeypatch, gpu="A40", root=True)
+    (gpu,) = open_nvml_gpus()
+    try:
+        for watts in (99.0, 301.0):
+            with pytest.raises(KnobError, match="Invalid Argument"):
+                gpu.set_power_limit(watts)
+        assert gpu.knob_state().power_limit_w == 300
+    finally:
+        gpu.close()
+
+
+def test_a_lost_gpu_is_reported_lost_and_the_others_go_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, gpu="A40", count=2)
+    gpus = open_nvml_gpus()
+    lost_lines: list[str] = []
+    monitor = Monitor(gpus, sample_interval_s=None, on_lost=lost_lines.append)
+    try:
+        monitor.begin_window("run")
+        inject(made.directory, 1, lost=True)
+        with pytest.raises(DeviceError, match="GPU is lost"):
+            gpus[1].energy_j()
+        window = monitor.end_window("run")
+        assert window.lost == ("gpu1 (NVIDIA A40)",) and "gpu0 (NVIDIA A40)" in window.energy_j
+        assert lost_lines and "GPU is lost" in lost_lines[0]
+        with pytest.raises(DeviceError, match="GPU is lost"):  # every call: the GPU stays lost
+            gpus[1].power_w()
+    finally:
+        monitor.close()
+        for gpu in gpus:
+            gpu.close()
+
+
+def test_a_counter_that_wraps_is_counted_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, gpu="A40")
+    with st.locked(made.state_path) as state:
+        used_mj = state.gpus[0].energy_mj  # as of the last reading (none yet: 0)
+    offset = 2**64 - int(used_mj) - 50_000  # 50 J below the top: about 0.2 s at the A40's 235 W
+    inject(made.directory, 0, energy_offset_mj=offset)
+    (gpu,) = open_nvml_gpus()  # dtpo's first reading is just below the top
+    try:
+        raw_before = gpu.counter_mj()
+        deadline = time.monotonic() + 30  # a guard against a hang, not a timing: it wraps within milliseconds
+        while (raw := gpu.counter_mj()) >= raw_before and time.monotonic() < deadline:
+            pass
+        assert raw < raw_before < 2**64
+        assert 0 < gpu.energy_j() < 10_000  # counted on across the wrap, not a figure near -2**64 mJ
+    finally:
+        gpu.close()
+
+
+def test_a_counter_that_goes_back_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, gpu="A40")
+    inject(made.directory, 0, energy_offset_mj=10**9)  # a driver that has counted 1 MJ already
+    (gpu,) = open_nvml_gpus()
+    try:
+        assert gpu.energy_j() >= 0
+        inject(made.directory, 0, energy_offset_mj=10**9 - 10_000_000)  # 10 kJ back: a reset or a reload
+        with pytest.raises(DeviceError, match="went backwards"):
+            gpu.energy_j()
+    finally:
+        gpu.close()
+
+
+def test_a_lost_gpu_leaves_the_others_listed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, gpu="A40", count=3)
+    inject(made.directory, 1, lost=True)
+    gpus = open_nvml_gpus()
+    try:
+        assert [g.index for g in gpus] == [0, 2]
+    finally:
+        for gpu in gpus:
+            gpu.close()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    with pytest.raises(DeviceError, match="names GPU 1, which NVML reports lost"):
+        open_nvml_gpus()
+
+
+def test_pre_volta_gpus_have_no_counter_and_no_clock_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _make(tmp_path, monkeypatch, gpu="P100", root=True)
+    (gpu,) = open_nvml_gpus(poll_interval_s=0.01)
+    try:
+        assert gpu.info.source == "simulated" and "power polled" in gpu.info.detail
+        assert gpu.counter_mj() is None
+        with pytest.raises(KnobError, match="Not Supported"):
+            gpu.lock_sm_clocks(500, 800)
+    finally:
+        gpu.close()
+
+
+@pytest.mark.slow
+def test_two_processes_share_one_virtual_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, gpu="A40", root=True, log_calls=True)
+    child = textwrap.dedent("""
+        from dtpo.devices.nvml import open_nvml_gpus
+        (gpu,) = open_nvml_gpus()
+        gpu.set_power_limit(175)
+        print(gpu.counter_mj())
+        gpu.close()
+    """)
+    (gpu,) = open_nvml_gpus()
+    try:
+        before = gpu.counter_mj()
+        done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        in_child = int(done.stdout.split()[-1])
+        after = gpu.counter_mj()
+        assert before <= in_child <= after  # one counter, whoever reads it
+        assert gpu.knob_state().power_limit_w == 175  # the limit the other process set
+    finally:
+        gpu.close()
+    setters = {call[0] for call in _calls(made) if call[1] == "nvmlDeviceSetPowerManagementLimit"}
+    assert len(setters) == 1 and str(done.stdout) != ""  # the child's pid, not ours
+
+
+def test_the_state_layouts_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch)
+    library = ctypes.CDLL(str(made.library))
+    library.dtpoVirtualGpuStateSize.restype = ctypes.c_ulonglong
+    assert library.dtpoVirtualGpuStateSize() == ctypes.sizeof(st.State) == made.state_path.stat().st_size
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(gpu="MI250X"), "AMD GPU"),
+    (dict(gpu="Z9000"), "unknown GPU model"),
+    (dict(count=0), "count must be 1-16"),
+    (dict(count=17), "count must be 1-16"),
+    (dict(utilization=1.5), "utilization must be between 0 and 1"),
+])
+def test_bad_options_are_one_line_errors(tmp_path: Path, options: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        create(tmp_path / "vgpu", **options)
+
+
+def test_an_empty_directory_is_named_in_one_line(tmp_path: Path) -> None:
+    with pytest.raises(DeviceError, match="holds no virtual GPUs: make them with `dtpo virtual-gpus create"):
+        preload({ENV: str(tmp_path)})
+
+
+def test_a_fault_on_a_missing_gpu_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, count=1)
+    with pytest.raises(ConfigError, match="no virtual GPU 3"):
+        inject(made.directory, 3, lost=True)
+    with pytest.raises(ConfigError, match="no virtual GPUs in"):
+        inject(tmp_path / "nowhere", 0, lost=True)
