@@ -16,6 +16,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.devices.base import DeviceError, KnobError
 from dtpo.devices.knobs import KnobController
 from dtpo.devices.nvml import open_nvml_gpus
+from dtpo.devices.physics.power_specs import POWER_SPECS, PowerSpec, match_power_spec
 from dtpo.devices.virtual_nvml import ENV, VirtualGpus, preload
 from dtpo.devices.virtual_nvml import state as st
 from dtpo.devices.virtual_nvml.make import create, inject
@@ -233,6 +234,20 @@ def test_two_processes_share_one_virtual_gpu(tmp_path: Path, monkeypatch: pytest
         gpu.close()
     setters = {call[0] for call in _calls(made) if call[1] == "nvmlDeviceSetPowerManagementLimit"}
     assert len(setters) == 1 and str(done.stdout) != ""  # the child's pid, not ours
+
+
+@pytest.mark.parametrize("spec", [s for s in POWER_SPECS if not s.name.startswith("MI")], ids=lambda s: s.name)
+def test_every_nvidia_gpu_is_named_as_nvml_names_it_and_found_again(
+        spec: PowerSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _make(tmp_path, monkeypatch, gpu=spec.name)
+    (gpu,) = open_nvml_gpus(poll_interval_s=0.01)
+    try:
+        assert match_power_spec(gpu.info.name) == spec  # dtpo's tuner finds the model of the GPU it reads
+        limits = gpu.knob_limits()
+        assert (limits.min_power_limit_w, limits.max_power_limit_w) == (spec.min_power_w, spec.max_power_w)
+        assert spec.idle_power_w < gpu.power_w() <= spec.max_power_w
+    finally:
+        gpu.close()
 
 
 def test_the_state_layouts_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

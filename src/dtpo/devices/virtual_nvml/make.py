@@ -27,10 +27,14 @@ DRIVER_VERSION = "dtpo-virtual"
 # What nvidia-smi calls these boards (the name NVML returns); others are "NVIDIA <model>".
 NVML_NAMES = {
     "a40": "NVIDIA A40", "v100": "Tesla V100-PCIE-32GB", "h100-sxm": "NVIDIA H100 80GB HBM3",
-    "a100-sxm": "NVIDIA A100-SXM4-80GB", "p100": "Tesla P100-PCIE-16GB", "t4": "Tesla T4",
+    "a100-sxm": "NVIDIA A100-SXM4-80GB", "p100-pcie": "Tesla P100-PCIE-16GB", "p100-sxm2": "Tesla P100-SXM2-16GB",
+    "t4": "Tesla T4", "rtx6000": "Quadro RTX 6000", "a6000": "NVIDIA RTX A6000", "l4": "NVIDIA L4",
+    "l40s": "NVIDIA L40S", "a100-pcie": "NVIDIA A100 80GB PCIe", "h100-pcie": "NVIDIA H100 PCIe",
+    "h200": "NVIDIA H200", "b200": "NVIDIA B200",
 }
 # Memory clocks in MHz as NVML lists them (one memory clock per board here); others 1000 MHz.
-MEMORY_CLOCKS = {"a40": 7251, "v100": 877, "h100-sxm": 2619, "a100-sxm": 1593, "p100": 715, "t4": 5001}
+MEMORY_CLOCKS = {"a40": 7251, "v100": 877, "h100-sxm": 2619, "a100-sxm": 1593, "p100-pcie": 715, "p100-sxm2": 715,
+                 "t4": 5001, "l4": 6251, "h100-pcie": 1593, "a100-pcie": 1512, "h200": 3201}
 PRE_VOLTA = ("p100",)  # no total-energy counter, no clock locks: NVML answers NOT_SUPPORTED
 MIG_CAPABLE = ("a100", "a30", "h100", "h200", "b200")
 
