@@ -8,7 +8,7 @@ STAMP := $(VENV)/.dtpo-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: run test test-fast integration lint bench bench-zeus bench-stragglers bench-telemetry bench-agent \
-	bench-frameworks clean
+	bench-frameworks gpu-check virtual-gpus clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,5 +79,19 @@ bench-frameworks: $(STAMP)
 		$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,keras,jax,tensorflow-cpu]'
 	$(BIN)/python benchmarks/frameworks.py
 
+# dtpo on a real NVIDIA GPU in about 8 minutes, no GPU setting changed (benchmarks/gpu_check.py; GPU_CHECK_FLAGS='--out
+# note.md'): no pip, the python3 or .venv that has CUDA (.venv first), with PYTHONPATH=src; exit 1 on a failed check.
+# Without a GPU it says why and exits 0.
+gpu-check:
+	@py=$(PYTHON); cuda='import sys, torch; sys.exit(not torch.cuda.is_available())'; \
+	if [ -x $(BIN)/python ] && { $(BIN)/python -c "$$cuda" 2>/dev/null || ! $(PYTHON) -c "$$cuda" 2>/dev/null; }; \
+	then py=$(BIN)/python; fi; echo "gpu-check: $$py benchmarks/gpu_check.py $(GPU_CHECK_FLAGS)"; \
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $$py benchmarks/gpu_check.py $(GPU_CHECK_FLAGS)
+
+# Two virtual A40s in build/virtual-gpus: dtpo's NVML stand-in built from source with the system's cc, for running
+# dtpo's real NVML paths without a GPU (`export DTPO_VIRTUAL_GPUS=build/virtual-gpus`; every figure is simulated).
+virtual-gpus: $(STAMP)
+	$(BIN)/dtpo virtual-gpus create build/virtual-gpus --gpu A40 --count 2 --root
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs build/virtual-gpus
