@@ -60,12 +60,24 @@ prints every decision dtpo's tuner made in it.
 advance only at multiples of the period, like NVML's: both tuners' energy windows are then quantised to it,
 which adds error to short windows.
 
+Leave-one-out (``benchmarks/leave_one_out.py``; ``--no-loo`` skips it, ``--quick`` searches fewer constants):
+dtpo's tuner constants (``TunerOptions``) were chosen on these very traces. For each GPU in turn, a coordinate
+search chooses them on the other GPUs' traces, scored by the goals above, and the goals are judged again on the GPU
+left out, with the chosen constants (exit 1 when one is missed): chosen on the A40, judged on the V100, and the
+other way round. Only dtpo's runs are repeated (Zeus's do not depend on dtpo's constants).
+
+Extra traces (``--trace``: a CSV file in the columns ``dtpo.devices.physics.user_trace`` reads, or a folder of
+them) are judged like the shipped ones, after them (the shipped ones keep their seeds), and are one more GPU to
+leave out; their GPU is ``--trace-gpu`` (one for all, or one per ``--trace``) or the file's own ``gpu`` column.
+Runs go to ``--jobs`` processes (default: the CPUs this one may use), with the same figures as in one.
+
 Exit status: 0 all goals met, 1 a goal missed, 2 a bad flag (one line on stderr), 3 Zeus or dtpo's simulated
 tuner missing.
 
     python benchmarks/tuner_vs_zeus.py [--noise 0.01,0.03] [--costs energy,zeus:0.5,slowdown:1.1] [--seed 0]
         [--repeats 1] [--job-steps 10000] [--counter-period 0] [--gpu A40] [--limit N] [--only TEXT] [--history]
-        [--trace FILE.csv --trace-gpu GPU] [--json FILE] [--summary-only] [--zeus-log FILE] [--verbose]
+        [--trace FILE.csv|DIR [--trace-gpu GPU]] [--json FILE] [--summary-only] [--zeus-log FILE] [--verbose]
+        [--jobs N] [--quick] [--no-loo]
 """
 
 from __future__ import annotations
@@ -74,22 +86,23 @@ import argparse
 import json
 import logging
 import math
+import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # zeus_sim and bench_cli, next to this file
 from bench_cli import OneLineParser  # noqa: E402
 from bench_cli import bad_flag as _bad_flag  # noqa: E402
+from task_pool import TaskPool  # noqa: E402
 
 from dtpo.core.errors import DtpoError, first_line  # noqa: E402
 from dtpo.devices.base import KnobState  # noqa: E402
@@ -98,6 +111,7 @@ from dtpo.devices.physics.traces import Trace, load_traces  # noqa: E402
 from dtpo.devices.simulated import SimulatedGpu, SimulatedGpuConfig, operating_point  # noqa: E402
 from dtpo.tune.cost import CostContext, CostMetric, Energy, MaxSlowdown, Time, ZeusCost, parse_cost  # noqa: E402
 from dtpo.tune.setting import GpuSetting, Segment  # noqa: E402
+from dtpo.tune.tuner_types import TunerOptions  # noqa: E402
 
 log = logging.getLogger("tuner_vs_zeus")
 
@@ -131,6 +145,10 @@ class Options:
     summary_only: bool
     zeus_log: Path | None
     verbose: bool
+    jobs: int = 1
+    quick: bool = False
+    leave_one_out: bool = True
+    trace_gpus: tuple[str, ...] = ()
 
 
 def bad_flag(message: str) -> NoReturn:
@@ -181,13 +199,19 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                              "b32'; every trace keeps the seed it has in the full run, so one run can be replayed")
     parser.add_argument("--history", action="store_true",
                         help="print dtpo's decisions (its tuner's history) for every run; best with --only")
-    parser.add_argument("--trace", action="append", default=[], metavar="FILE.csv",
-                        help="an extra measured trace (repeatable; needs --trace-gpu)")
-    parser.add_argument("--trace-gpu", help="the GPU the --trace files were measured on")
+    parser.add_argument("--trace", "--traces", action="append", default=[], metavar="FILE.csv|DIR",
+                        help="extra measured traces: a CSV file in the Zeus columns, or a folder of them (repeatable)")
+    parser.add_argument("--trace-gpu", action="append", default=[], metavar="GPU",
+                        help="the GPU the --trace files were measured on: once for all, or once per --trace in "
+                             "order (without it, each file's own gpu column)")
     parser.add_argument("--json", type=Path, help="write every run and the goals to this file")
     parser.add_argument("--summary-only", action="store_true", help="skip the per-trace tables")
     parser.add_argument("--zeus-log", type=Path, help="write Zeus's own log (INFO) to this file")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress (INFO)")
+    parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                        else os.cpu_count() or 1, help="processes to run in (default: the CPUs this one may use)")
+    parser.add_argument("--quick", action="store_true", help="leave-one-out: search fewer constants")
+    parser.add_argument("--no-loo", action="store_true", help="skip the leave-one-out validation")
     args = parser.parse_args(argv)
 
     noises = _numbers(args.noise, "--noise")
@@ -204,36 +228,39 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         bad_flag(f"--counter-period must be a number >= 0 s, got {args.counter_period:g}")
     if args.limit is not None and args.limit < 1:
         bad_flag(f"--limit must be >= 1, got {args.limit}")
-    if args.trace and not args.trace_gpu:
-        bad_flag("--trace needs --trace-gpu (the GPU the file was measured on)")
     if args.trace_gpu and not args.trace:
         bad_flag("--trace-gpu without --trace")
+    if len(args.trace_gpu) > 1 and len(args.trace_gpu) != len(args.trace):
+        bad_flag(f"--trace-gpu: give one GPU for every --trace, or one per --trace ({len(args.trace)}), "
+                 f"not {len(args.trace_gpu)}")
+    if args.jobs < 1:
+        bad_flag(f"--jobs must be >= 1, got {args.jobs}")
     return Options(noises=noises, costs=costs, seed=args.seed, repeats=args.repeats, job_steps=args.job_steps,
                    counter_period_s=args.counter_period, gpu=args.gpu, limit=args.limit, only=args.only,
-                   history=args.history,
-                   trace_files=tuple(Path(p) for p in args.trace), trace_gpu=args.trace_gpu, json_path=args.json,
-                   summary_only=args.summary_only, zeus_log=args.zeus_log, verbose=args.verbose)
+                   history=args.history, trace_files=tuple(Path(p) for p in args.trace),
+                   trace_gpu=args.trace_gpu[0] if len(args.trace_gpu) == 1 else None, json_path=args.json,
+                   summary_only=args.summary_only, zeus_log=args.zeus_log, verbose=args.verbose, jobs=args.jobs,
+                   quick=args.quick, leave_one_out=not args.no_loo, trace_gpus=tuple(args.trace_gpu))
 
 
 def select_traces(options: Options) -> list[tuple[int, Trace]]:
-    """The user's traces (first) and the shipped ones, filtered by ``--gpu`` and ``--only``, cut to ``--limit``;
-    each with its index in the unfiltered list (which sets its seed, so a filtered run repeats the full run's)."""
-    traces: list[Trace] = []
+    """The shipped traces and the user's (after them, so the shipped ones keep their seeds), filtered by ``--gpu``
+    and ``--only``, cut to ``--limit``; each with its index in the unfiltered list (which sets its seed, so a
+    filtered run repeats the full run's)."""
+    traces: list[Trace] = list(load_traces())
     if options.trace_files:
-        from dtpo.devices.physics.user_trace import load_trace_file
+        from trace_files import load_user_traces
 
-        for path in options.trace_files:
-            try:
-                traces.extend(load_trace_file(path, options.trace_gpu))
-            except (DtpoError, OSError) as exc:
-                bad_flag(f"--trace {path}: {exc}")
-    traces.extend(load_traces())
+        try:
+            traces.extend(load_user_traces(options.trace_files, options.trace_gpus))
+        except (DtpoError, OSError) as exc:
+            bad_flag(f"--trace: {exc}")
     indexed = list(enumerate(traces))
     if options.gpu:
         indexed = [(i, t) for i, t in indexed if t.gpu.lower() == options.gpu.lower()]
         if not indexed:
-            known = sorted({t.gpu for t in load_traces()})
-            bad_flag(f"--gpu {options.gpu}: no trace of that GPU (shipped: {', '.join(known)})")
+            known = sorted({t.gpu for t in traces})
+            bad_flag(f"--gpu {options.gpu}: no trace of that GPU (traces: {', '.join(known)})")
     if options.only:
         indexed = [(i, t) for i, t in indexed if options.only.lower() in t.label.lower()]
         if not indexed:
@@ -362,8 +389,13 @@ def zeus_selector(metric: CostMetric) -> Any:
     return ZeusEnergy()
 
 
-def run_zeus_tuner(gpu: SimulatedGpu, metric: CostMetric, job_steps: int, journal_dir: Path) -> TunerRun:
-    """Zeus's ``GlobalPowerLimitOptimizer`` with its defaults on ``gpu`` until it is ``Done``."""
+Constants = Mapping[str, Any]  # TunerOptions fields and the values that replace their defaults (empty: none)
+
+
+def run_zeus_tuner(gpu: SimulatedGpu, metric: CostMetric, job_steps: int, journal_dir: Path,
+                   constants: Constants) -> TunerRun:
+    """Zeus's ``GlobalPowerLimitOptimizer`` with its defaults on ``gpu`` until it is ``Done`` (``constants`` are
+    dtpo's, not Zeus's: ignored)."""
     from zeus_sim import run_zeus
 
     run = run_zeus(gpu, zeus_selector(metric))
@@ -389,14 +421,26 @@ def profiling_segments(segments: Sequence[Segment], steps: int) -> list[Segment]
     return kept
 
 
-def run_dtpo_tuner(gpu: SimulatedGpu, metric: CostMetric, job_steps: int, journal_dir: Path) -> TunerRun:
-    """dtpo's tuner on ``gpu`` through the whole job (``dtpo.simulation.tuning.tune_on_simulated``): its choice can
-    still change while held (an interpolated ``MaxSlowdown`` choice that proves too slow gives way to the setting
-    above it), so the job's schedule is every step it ran, and the choice is what it held at the end."""
+def dtpo_options(gpu: SimulatedGpu, constants: Constants) -> TunerOptions | None:
+    """dtpo's tuner options with ``constants`` in place of their defaults; ``None`` (``tune_on_simulated``'s own
+    options, the same values) when there are none. Blocks and warm-ups span the energy counter's updates, as
+    ``tune_on_simulated`` has them."""
+    if not constants:
+        return None
+    period = gpu.config.counter_period_s
+    return replace(TunerOptions(min_block_s=2.0 * period, min_warmup_s=period), **constants)
+
+
+def run_dtpo_tuner(gpu: SimulatedGpu, metric: CostMetric, job_steps: int, journal_dir: Path,
+                   constants: Constants) -> TunerRun:
+    """dtpo's tuner on ``gpu`` through the whole job (``dtpo.simulation.tuning.tune_on_simulated``), with
+    ``constants`` in place of its defaults: its choice can still change while held (an interpolated ``MaxSlowdown``
+    choice that proves too slow gives way to the setting above it), so the job's schedule is every step it ran, and
+    the choice is what it held at the end."""
     from dtpo.simulation.tuning import tune_on_simulated
 
     result = tune_on_simulated(gpu, metric, knob="power-limit", max_steps=job_steps, job_steps=job_steps,
-                               journal_dir=journal_dir)
+                               journal_dir=journal_dir, options=dtpo_options(gpu, constants))
     kept = profiling_segments(result.segments, result.profiling_steps)
     return TunerRun(choice=result.choice, profiling_steps=result.profiling_steps,
                     profile_time_s=sum(s.time_s for s in kept), profile_energy_j=sum(s.energy_j for s in kept),
@@ -411,7 +455,7 @@ def _first_hold(segments: Sequence[Segment]) -> dict[str, Any] | None:
     return next((s.setting.as_dict() for s in segments if s.phase == "hold"), None)
 
 
-RUNNERS: dict[str, Callable[[SimulatedGpu, CostMetric, int, Path], TunerRun]] = {
+RUNNERS: dict[str, Callable[[SimulatedGpu, CostMetric, int, Path, Constants], TunerRun]] = {
     "zeus": run_zeus_tuner, "dtpo": run_dtpo_tuner}
 
 
@@ -519,7 +563,8 @@ class Case:
         """Plain values for JSON."""
         return {"trace": self.trace, "gpu": self.gpu, "metric": self.metric, "noise": self.noise,
                 "seed": self.seed, "repeat": self.repeat, "oracle_w": self.oracle_w, "error": self.error,
-                "tuners": {name: {**asdict(s), "detail": self.details[name]} for name, s in self.scores.items()}}
+                "tuners": {name: {**asdict(s), "detail": self.details.get(name, {})}
+                           for name, s in self.scores.items()}}
 
 
 def simulated_gpu(trace: Trace, model: GpuModel, noise: float, seed: int, period_s: float,
@@ -531,50 +576,86 @@ def simulated_gpu(trace: Trace, model: GpuModel, noise: float, seed: int, period
 
 
 def run_case(trace: Trace, model: GpuModel, metric: CostMetric, noise: float, seed: int, options: Options,
-             workdir: Path) -> Case:
-    """Zeus and dtpo on the same trace, metric, noise and seed; a tuner that raises is logged and recorded."""
+             workdir: Path, tuners: Sequence[str] = TUNERS, constants: Constants | None = None,
+             details: bool = True) -> Case:
+    """``tuners`` (Zeus and dtpo, dtpo with ``constants`` in place of its defaults) on the same trace, metric, noise
+    and seed; a tuner that raises is logged and recorded. ``details``: keep what each tuner did for the JSON."""
     truth = make_truth(model, metric)
     case = Case(trace=trace.label, gpu=trace.gpu, metric=metric.name, noise=noise, seed=seed,
                 oracle_w=truth.oracle_w, scores={}, details={})
-    for name in TUNERS:
+    for name in tuners:
         gpu = simulated_gpu(trace, model, noise, seed, options.counter_period_s, workdir / f"{name}.json")
         journal = workdir / f"journal-{name}"
         journal.mkdir(exist_ok=True)
         try:
-            run = RUNNERS[name](gpu, metric, options.job_steps, journal)
+            run = RUNNERS[name](gpu, metric, options.job_steps, journal, constants or {})
         except Exception as exc:  # recorded as a failed run (all goals missed), so the other runs still report
             case.error = f"{name} raised {type(exc).__name__}: {first_line(str(exc))}"
             log.error("%s, %s, noise %g, seed %d: %s%s", trace.label, metric, noise, seed, case.error,
                       "" if options.verbose else " (traceback with --verbose)", exc_info=options.verbose)
             return case
         case.scores[name] = score(truth, run, options.job_steps, noise)
-        case.details[name] = run.detail
+        case.details[name] = run.detail if details else {}
         log.info("%s %s σ=%g %s: %s (×%.4f oracle), %d steps", trace.label, metric, noise, name,
                  run.choice.label, case.scores[name].ratio, run.profiling_steps)
     return case
 
 
-def run_all(traces: Sequence[tuple[int, Trace]], options: Options) -> list[Case]:
-    """Every trace × metric × noise level, with a progress bar on stderr (a trace's seed: ``--seed``, plus its
+@dataclass(frozen=True)
+class CaseTask:
+    """One case to run: its trace's index in the unfiltered list, metric, noise, seed and repeat; which tuners, dtpo's
+    with which constants (``(name, value)`` pairs); whether to keep the tuners' details."""
+
+    trace: int
+    metric: CostMetric
+    noise: float
+    seed: int
+    repeat: int = 0
+    tuners: tuple[str, ...] = TUNERS
+    constants: tuple[tuple[str, Any], ...] = ()
+    details: bool = True
+
+
+_WORKER: dict[str, Any] = {}  # what a process running tasks knows: the traces, the options, its scratch folder
+
+
+def _start_worker(traces: dict[int, Trace], options: Options, scratch: str) -> None:
+    _WORKER.update(traces=traces, options=options, scratch=scratch, models={})
+
+
+def _run_task(task: CaseTask) -> Case:
+    trace = _WORKER["traces"][task.trace]
+    models: dict[int, GpuModel] = _WORKER["models"]
+    if task.trace not in models:
+        models[task.trace] = CalibratedModel(trace)
+    model = models[task.trace]
+    with tempfile.TemporaryDirectory(dir=_WORKER["scratch"]) as workdir:
+        case = run_case(trace, model, task.metric, task.noise, task.seed, _WORKER["options"], Path(workdir),
+                        task.tuners, dict(task.constants), task.details)
+    case.repeat = task.repeat
+    return case
+
+
+CaseRunner = TaskPool[CaseTask, Case]
+
+
+def case_runner(traces: Sequence[tuple[int, Trace]], options: Options) -> CaseRunner:
+    """Runs :class:`CaseTask` s in ``options.jobs`` processes (:mod:`task_pool`)."""
+    return TaskPool(_run_task, _start_worker, (dict(traces), options), options.jobs,
+                    lambda c: f"{c.trace} {c.metric} σ={c.noise:g}", "dtpo-vs-zeus-")
+
+
+def all_tasks(traces: Sequence[tuple[int, Trace]], options: Options) -> list[CaseTask]:
+    """Every trace × metric × noise level × repeat, in the order of the tables (a trace's seed: ``--seed``, plus its
     index in the unfiltered list, plus the repeat)."""
-    cases: list[Case] = []
-    total = len(traces) * len(options.costs) * len(options.noises) * options.repeats
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=Console(stderr=True), transient=True)
-    with progress, tempfile.TemporaryDirectory(prefix="dtpo-vs-zeus-") as tmp:
-        task = progress.add_task("tuning", total=total)
-        for index, trace in traces:
-            model = CalibratedModel(trace)
-            for metric in options.costs:
-                for noise in options.noises:
-                    for repeat in range(options.repeats):
-                        progress.update(task, description=f"{trace.label} {metric} σ={noise:g}")
-                        workdir = Path(tempfile.mkdtemp(dir=tmp))
-                        case = run_case(trace, model, metric, noise, options.seed + repeat + index, options, workdir)
-                        case.repeat = repeat
-                        cases.append(case)
-                        progress.advance(task)
-    return cases
+    return [CaseTask(index, metric, noise, options.seed + repeat + index, repeat)
+            for index, _ in traces for metric in options.costs for noise in options.noises
+            for repeat in range(options.repeats)]
+
+
+def run_all(traces: Sequence[tuple[int, Trace]], options: Options, runner: CaseRunner) -> list[Case]:
+    """Both tuners on every task of :func:`all_tasks`, in that order."""
+    return runner.run(all_tasks(traces, options))
 
 
 # -- goals ----------------------------------------------------------------------------------------------
@@ -791,14 +872,16 @@ def report(console: Console, cases: Sequence[Case], goals: Sequence[Goal], optio
     console.print(f"{len(cases)} runs of each tuner in {runtime_s:.1f} s", markup=False, highlight=False)
 
 
-def write_json(path: Path, cases: Sequence[Case], goals: Sequence[Goal], options: Options, runtime_s: float) -> None:
-    """Every run, the goals and the options, as JSON."""
+def write_json(path: Path, cases: Sequence[Case], goals: Sequence[Goal], options: Options, runtime_s: float,
+               leave_one_out: dict[str, Any] | None = None) -> None:
+    """Every run, the goals, the options and the leave-one-out validation, as JSON."""
     data = {"options": {"noise": list(options.noises), "costs": [c.name for c in options.costs],
                         "seed": options.seed, "repeats": options.repeats, "job_steps": options.job_steps,
                         "counter_period_s": options.counter_period_s, "gpu": options.gpu, "limit": options.limit,
-                        "only": options.only,
-                        "traces": [str(p) for p in options.trace_files], "trace_gpu": options.trace_gpu},
-            "goals": [asdict(g) for g in goals], "runtime_s": runtime_s, "runs": [c.as_dict() for c in cases]}
+                        "only": options.only, "traces": [str(p) for p in options.trace_files],
+                        "trace_gpu": list(options.trace_gpus), "quick": options.quick},
+            "goals": [asdict(g) for g in goals], "runtime_s": runtime_s, "runs": [c.as_dict() for c in cases],
+            "leave_one_out": leave_one_out}
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
@@ -843,15 +926,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         log.error("%s", problem)
         return 3
+    from leave_one_out import leave_one_out
+
     started = time.perf_counter()
-    cases = run_all(traces, options)
-    runtime_s = time.perf_counter() - started
-    goals = evaluate_goals(cases, options.job_steps)
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    validation = None
+    with case_runner(traces, options).running() as runner:
+        cases = run_all(traces, options, runner)
+        runtime_s = time.perf_counter() - started
+        goals = evaluate_goals(cases, options.job_steps)
+        report(console, cases, goals, options, runtime_s)
+        if options.leave_one_out:
+            console.print()
+            validation = leave_one_out(cases, traces, options, runner, console)
     if options.json_path:
-        write_json(options.json_path, cases, goals, options, runtime_s)
-    report(Console(width=None if sys.stdout.isatty() else 200), cases, goals, options, runtime_s)
-    return 0 if all(g.met for g in goals) else 1
+        write_json(options.json_path, cases, goals, options, runtime_s,
+                   None if validation is None else validation.as_dict())
+    console.print(f"whole benchmark in {time.perf_counter() - started:.1f} s ({options.jobs} processes)", markup=False,
+                  highlight=False)
+    return 0 if all(g.met for g in goals) and (validation is None or validation.met) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import tuner_vs_zeus  # this file under its own name, so leave_one_out and the worker processes share its classes
+
+    sys.exit(tuner_vs_zeus.main())

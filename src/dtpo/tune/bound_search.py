@@ -42,7 +42,8 @@ class BoundPolicy(RacePolicy):
     Args:
         metric: The slowdown bound.
         options: Search parameters (``boundary_points``, ``interpolate_choice``, ``placed_z_share``,
-            ``grid_z_share``, ``min_step_cost``, ``reference_weight`` are this policy's).
+            ``grid_z_share``, ``min_step_cost``, ``reference_weight``, ``min_boundary_fraction``, ``far_too_slow``,
+            ``time_stay_share`` are this policy's).
         guess: As for :class:`~dtpo.tune.race.RacePolicy`.
     """
 
@@ -119,7 +120,7 @@ class BoundPolicy(RacePolicy):
     def _rule_out(self, candidates: list[Candidate], j: Judgement) -> list[Candidate]:
         """Clearly too slow goes; returns those far too slow after a rise
         (:func:`~dtpo.tune.boundary.rule_out_too_slow`)."""
-        return rule_out_too_slow(self.bound, candidates, j)
+        return rule_out_too_slow(self.bound, candidates, j, self.options.far_too_slow)
 
     def _placement(self, candidates: list[Candidate], j: Judgement, room: Room) -> Placement | None:
         """A setting between the cheapest one surely allowed and the next one down (when that one is cheaper and not
@@ -155,4 +156,4 @@ class BoundPolicy(RacePolicy):
         pair = [first] if first is j.reference else [first, j.reference]
         value = time_information(self.bound, j, pair, b.cost, self.options.min_step_cost,
                                  self.options.reference_weight)
-        return stay_if_nearly(pair, value, 0.8, room.current)
+        return stay_if_nearly(pair, value, self.options.time_stay_share, room.current)

@@ -37,13 +37,13 @@ from dtpo.tune.cost import MaxSlowdown
 from dtpo.tune.knob import Between
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Estimate
-from dtpo.tune.tuner_types import Candidate, Chord, Judgement
+from dtpo.tune.tuner_types import Candidate, Chord, Judgement, TunerOptions
 
 __all__ = ["allowed", "boundary_fraction", "boundary_pair", "chord_estimate", "first_to_settle", "interpolate_between",
            "place_between", "placement_fraction", "pool_with_chords", "realised_fraction", "rule_out_too_slow",
            "time_information", "verdict_margin", "with_chord"]
 
-FAR_TOO_SLOW = 1.05  # times the bound: below a setting this slow, nothing is worth a visit
+FAR_TOO_SLOW = TunerOptions.far_too_slow  # times the bound: below a setting this slow, nothing is worth a visit
 
 
 def allowed(metric: MaxSlowdown, est: Estimate, ref: Estimate | None, z: float) -> bool | None:
@@ -61,18 +61,19 @@ def allowed(metric: MaxSlowdown, est: Estimate, ref: Estimate | None, z: float) 
     return None
 
 
-def rule_out_too_slow(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement) -> list[Candidate]:
+def rule_out_too_slow(metric: MaxSlowdown, candidates: list[Candidate], j: Judgement,
+                      far_too_slow: float = FAR_TOO_SLOW) -> list[Candidate]:
     """Mark the measured settings clearly too slow ``infeasible``; returns those of them far too slow
-    (``FAR_TOO_SLOW`` times the bound) below which every setting is slower still: the setting just above such a
-    one must be measured and clearly slower than the default too. Time rising over two settings in a row is the
-    limit biting; one slow setting right below the default may be a measured zigzag (a small job whose time
-    hardly depends on the limit), with faster settings further down."""
+    (``far_too_slow`` times the bound: ``TunerOptions.far_too_slow``) below which every setting is slower still:
+    the setting just above such a one must be measured and clearly slower than the default too. Time rising over
+    two settings in a row is the limit biting; one slow setting right below the default may be a measured zigzag (a
+    small job whose time hardly depends on the limit), with faster settings further down."""
     far = []
     for c in candidates:
         if c.status != "measured" or j.ref is None or allowed(metric, j.estimates[c.index], j.ref, j.z) is not False:
             continue
         c.status, c.reason = "infeasible", "slower than the allowed slowdown"
-        if j.estimates[c.index].time_per_sample_s > FAR_TOO_SLOW * metric.factor * j.ref.time_per_sample_s \
+        if j.estimates[c.index].time_per_sample_s > far_too_slow * metric.factor * j.ref.time_per_sample_s \
                 and _clearly_slower_than_default(candidates, c.index - 1, j):
             far.append(c)
     return far

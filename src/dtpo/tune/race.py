@@ -182,9 +182,9 @@ class RacePolicy:
         targets = ocba_targets(contenders[best.index], [contenders[c.index] for c in pending],
                                sum(c.stats.steps for c in group) + left, self.options.min_gap * b.cost)
         deficit = {c.index: targets[c.index] - c.stats.steps for c in group}
-        pick = stay_if_nearly(group, deficit, 0.5, room.current)
+        pick = stay_if_nearly(group, deficit, self.options.race_stay_share, room.current)
         return Next(best, pick, min(max(self.options.revisit_steps, math.ceil(deficit[pick.index])),
-                                    2 * self.options.revisit_steps))
+                                    self.options.max_race_visit * self.options.revisit_steps))
 
     def _prune_below(self, candidates: list[Candidate], index: int, reason: str) -> None:
         if self.options.ordered:

@@ -124,9 +124,10 @@ class SettingStats:
         return cls(setting, blocks)
 
 
-def _pooled_cv(groups: list[list[tuple[float, int]]]) -> tuple[float, int]:
+def _pooled_cv(groups: list[list[tuple[float, int]]], prior_cv: float = PRIOR_CV) -> tuple[float, int]:
     """Relative spread per step pooled over groups of (value per sample, steps) blocks, and its degrees of
-    freedom. Each block's squared relative deviation from its group's mean counts with its step count."""
+    freedom (``prior_cv`` where there are none). Each block's squared relative deviation from its group's mean
+    counts with its step count."""
     weighted = 0.0
     dof = 0
     for blocks in groups:
@@ -138,7 +139,7 @@ def _pooled_cv(groups: list[list[tuple[float, int]]]) -> tuple[float, int]:
             continue
         weighted += sum(s * (v / mean - 1.0) ** 2 for v, s in blocks)
         dof += len(blocks) - 1
-    return (math.sqrt(weighted / dof) if dof else PRIOR_CV), dof
+    return (math.sqrt(weighted / dof) if dof else prior_cv), dof
 
 
 @dataclass(frozen=True)
@@ -156,15 +157,17 @@ class NoiseEstimate:
     dof: int
 
     @classmethod
-    def pooled(cls, stats: list[SettingStats], metric: CostMetric, context: CostContext) -> NoiseEstimate:
-        """Pool the blocks of ``stats``; a conservative prior weighs in while there are few."""
-        cost_cv, dof = _pooled_cv([s.block_costs(metric, context) for s in stats])
-        time_cv, _ = _pooled_cv([s.block_times() for s in stats])
+    def pooled(cls, stats: list[SettingStats], metric: CostMetric, context: CostContext,
+               prior_cv: float = PRIOR_CV, prior_steps: float = PRIOR_WEIGHT_STEPS) -> NoiseEstimate:
+        """Pool the blocks of ``stats``; a conservative prior (a spread of ``prior_cv`` counted as ``prior_steps``
+        steps' worth of evidence) weighs in while there are few."""
+        cost_cv, dof = _pooled_cv([s.block_costs(metric, context) for s in stats], prior_cv)
+        time_cv, _ = _pooled_cv([s.block_times() for s in stats], prior_cv)
         # Shrink towards the prior while the evidence is thin, so a lucky first few blocks don't make every
         # interval look tight.
-        w = PRIOR_WEIGHT_STEPS
-        cost_cv = math.sqrt((dof * cost_cv**2 + w * PRIOR_CV**2) / (dof + w))
-        time_cv = math.sqrt((dof * time_cv**2 + w * PRIOR_CV**2) / (dof + w))
+        w = prior_steps
+        cost_cv = math.sqrt((dof * cost_cv**2 + w * prior_cv**2) / (dof + w))
+        time_cv = math.sqrt((dof * time_cv**2 + w * prior_cv**2) / (dof + w))
         return cls(cost_cv, time_cv, dof)
 
 

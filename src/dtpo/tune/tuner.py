@@ -118,7 +118,8 @@ class PowerTuner:
         self.choice: GpuSetting | None = None
         self.stats: dict[GpuSetting, SettingStats] = {}
         self.segments: list[Segment] = []
-        self.settling = SettlingWatch()
+        self.settling = SettlingWatch(self.options.settling_z, self.options.settling_min_spread,
+                                      self.options.warmup_settling_factor)
         self.profiling_steps = 0  # steps from the start until the choice was held
         self.steps = 0
         self.retunes = 0
@@ -359,7 +360,8 @@ class PowerTuner:
     # -- deciding ---------------------------------------------------------------------------------------------
 
     def _noise(self) -> NoiseEstimate:
-        return NoiseEstimate.pooled([s for s in self.stats.values() if s.measured], self.metric, self.context)
+        return NoiseEstimate.pooled([s for s in self.stats.values() if s.measured], self.metric, self.context,
+                                    self.options.noise_prior_cv, self.options.noise_prior_steps)
 
     def _estimates(self, stats: list[SettingStats]) -> list[Estimate]:
         noise = self._noise()

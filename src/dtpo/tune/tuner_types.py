@@ -8,7 +8,7 @@ import enum
 from dataclasses import dataclass, field
 
 from dtpo.tune.setting import GpuSetting
-from dtpo.tune.stats import Block, Estimate, SettingStats
+from dtpo.tune.stats import PRIOR_CV, PRIOR_WEIGHT_STEPS, Block, Estimate, SettingStats
 
 __all__ = ["Candidate", "Chord", "Judgement", "Next", "Phase", "Placement", "Refine", "Room", "TunerOptions", "Visit"]
 
@@ -24,7 +24,10 @@ class Phase(enum.Enum):
 
 @dataclass(frozen=True)
 class TunerOptions:
-    """How the tuner searches.
+    """How the tuner searches: every threshold, budget and weight of the power tuner and its policies is here, with
+    the value it has always had as its default (``benchmarks/tuner_vs_zeus.py`` chooses some of them on one GPU's
+    traces and judges them on another's). The physical prior's assumed memory-bound share
+    (:data:`dtpo.tune.prior.ASSUMED_MEMORY_SHARE`) belongs to the model guess, which the caller builds.
 
     Attributes:
         wait_steps: Steps at the default before anything is measured (compilation, caches, data loaders).
@@ -87,6 +90,20 @@ class TunerOptions:
             margin, but the full ``z`` would keep it so far from the bound that it saves little. Half of ``z``
             (about one standard error) holds a setting past the bound about as often as Zeus's own 40-step
             comparison does (``benchmarks/tuner_vs_zeus.py``).
+        noise_prior_cv: Relative spread of one step's cost (and time) assumed before anything is measured; the
+            pooled noise is shrunk towards it while the evidence is thin (:meth:`dtpo.tune.stats.NoiseEstimate.pooled`).
+        noise_prior_steps: How many steps' worth of evidence that assumed spread counts as.
+        settling_z: Standard errors off a visit's settled level that make a block count as still settling
+            (:class:`dtpo.tune.settling.SettlingWatch`).
+        settling_min_spread: The least relative spread per step that settling is judged with.
+        warmup_settling_factor: A warm-up lasts the longest settling seen times this (plus ``min_warmup_s``).
+        far_too_slow: ``MaxSlowdown``: a setting measured this many times the bound (and clearly slower than the
+            default, as is the one above it) drops every lower setting unvisited
+            (:func:`dtpo.tune.boundary.rule_out_too_slow`).
+        race_stay_share: While the race shares its steps out, the setting in force is measured again (no warm-up)
+            when its step deficit is at least this share of the largest (:func:`dtpo.tune.race.stay_if_nearly`).
+        time_stay_share: The same for a ``MaxSlowdown`` race measuring a setting's time against the default's.
+        max_race_visit: A race visit measures at most this many times ``revisit_steps``.
     """
 
     wait_steps: int = 2
@@ -114,6 +131,15 @@ class TunerOptions:
     grid_z_share: float = 0.25
     placed_z_share: float = 0.5
     refine_steps: int = 2000
+    noise_prior_cv: float = PRIOR_CV
+    noise_prior_steps: int = PRIOR_WEIGHT_STEPS
+    settling_z: float = 6.0
+    settling_min_spread: float = 2e-3
+    warmup_settling_factor: float = 1.2
+    far_too_slow: float = 1.05
+    race_stay_share: float = 0.5
+    time_stay_share: float = 0.8
+    max_race_visit: int = 2
 
 
 @dataclass
