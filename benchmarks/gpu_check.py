@@ -275,6 +275,7 @@ class Context:
     gpu_name: str = ""
     gpu_index: int = 0
     gpu_label: str = ""  # "gpu0 (NVIDIA H100 80GB HBM3) via nvml-counter", the source as dtpo reports it
+    virtual: bool = False  # dtpo's NVML stand-in (DTPO_VIRTUAL_GPUS): every NVML figure is simulated
     probe: dict[str, Any] = field(default_factory=dict)
     load_s: float = 15.0
     gpt: dict[str, int | None] = field(default_factory=dict)
@@ -642,6 +643,7 @@ def probe_nvml(ctx: Context) -> None:
     try:
         ctx.gpu_index, ctx.gpu_name = gpu.index, gpu.info.name.split(" (", 1)[-1].rstrip(")")
         ctx.gpu_label = f"{gpu.info.name} via {gpu.info.source}"
+        ctx.virtual = getattr(gpu, "virtual", None) is not None
         if "CUDA_VISIBLE_DEVICES" not in os.environ:
             ctx.env["CUDA_VISIBLE_DEVICES"] = gpu.uuid
         with nvml_handle(gpu.index) as (nvml, handle):
@@ -786,9 +788,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if skipped:
             print("could not run: " + "; ".join(f"{row.check} ({row.result.removeprefix('could not run: ')})"
                                                 for row in rows if row.verdict == "skip"))
+    where = ctx.gpu_name or "a machine without a GPU"
+    if ctx.virtual:
+        where = f"a VIRTUAL {where} (dtpo's NVML stand-in: every NVML figure simulated, not measured)"
+        print(f"gpu-check on {where}")
     print(format_table(rows))
     if options.out is not None:
-        title = f"gpu-check on {ctx.gpu_name or 'a machine without a GPU'} ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
+        title = f"gpu-check on {where} ({time.strftime('%Y-%m-%d %H:%M')})\n\n"
         options.out.write_text(title + markdown_table(rows))
         progress(f"table written to {options.out}")
     code = exit_code(rows)
