@@ -274,6 +274,19 @@ def test_an_empty_directory_is_named_in_one_line(tmp_path: Path) -> None:
         preload({ENV: str(tmp_path)})
 
 
+@pytest.mark.parametrize("loosen", ["folder", "library"])
+def test_a_stand_in_others_could_have_planted_is_not_loaded(loosen: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    made = create(tmp_path / "vgpu")
+    target = made.directory if loosen == "folder" else made.library
+    target.chmod(target.stat().st_mode | 0o022)  # group- and world-writable: anyone could swap the library
+    with pytest.raises(DeviceError, match=f"refusing to load .*: {target} is writable by others"):
+        preload({ENV: str(made.directory)})
+    monkeypatch.setenv(ENV, str(made.directory))
+    with pytest.raises(DeviceError, match="refusing to load"):  # and dtpo's NVML path says so in one line
+        open_nvml_gpus()
+
+
 def test_a_fault_on_a_missing_gpu_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made = _make(tmp_path, monkeypatch, count=1)
     with pytest.raises(ConfigError, match="no virtual GPU 3"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -13,3 +15,27 @@ def is_writable_dir(path: Path) -> bool:
             return True
     except OSError:
         return False
+
+
+def untrusted_reason(path: Path) -> str | None:
+    """Why ``path`` cannot be trusted to hold what dtpo loads and runs as this user, or ``None`` when it can.
+
+    As OpenSSH does with its files: the path and every folder above it must belong to this user or root and must
+    not be writable by group or others (a folder with the sticky bit, such as ``/tmp``, may be, as long as the
+    path below it is this user's). Otherwise another user could plant what dtpo loads.
+    """
+    uid = os.geteuid()
+    current = path.resolve()
+    first = True
+    for part in (current, *current.parents):
+        try:
+            st = part.stat()
+        except OSError as exc:
+            return f"{part} cannot be inspected ({exc.strerror or exc})"
+        if st.st_uid not in (uid, 0):
+            return f"{part} belongs to another user (uid {st.st_uid})"
+        sticky = stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and (first or not sticky):
+            return f"{part} is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'}"
+        first = False
+    return None

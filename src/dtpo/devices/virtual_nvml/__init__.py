@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dtpo.core.files import untrusted_reason
 from dtpo.devices.base import DeviceError
 from dtpo.devices.virtual_nvml import state as st
 
@@ -94,6 +95,10 @@ def preload(env: Mapping[str, str] = os.environ) -> None:
     if not library.is_file() or not (directory / st.STATE_FILE).is_file():
         raise DeviceError(f"{ENV}={directory} holds no virtual GPUs: make them with `dtpo virtual-gpus create "
                           f"{directory}`")
+    why = untrusted_reason(library)  # a library others could have planted would run as this user
+    if why is not None:
+        raise DeviceError(f"{ENV}: refusing to load {library}: {why}; make the virtual GPUs in a folder of your "
+                          "own (`dtpo virtual-gpus create DIR` makes DIR private)")
     _preloaded[str(library)] = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
 
 
