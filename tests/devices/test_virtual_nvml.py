@@ -250,6 +250,34 @@ def test_every_nvidia_gpu_is_named_as_nvml_names_it_and_found_again(
         gpu.close()
 
 
+def _set_in_forked_child(limit_w: float) -> None:
+    (gpu,) = open_nvml_gpus()  # the library and its state were inherited from the parent, already initialised
+    try:
+        gpu.set_power_limit(limit_w)
+        for _ in range(200):
+            gpu.counter_mj()
+    finally:
+        gpu.close()
+
+
+@pytest.mark.slow
+def test_a_forked_child_uses_the_gpu_beside_its_parent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import multiprocessing
+
+    _make(tmp_path, monkeypatch, gpu="A40", root=True)
+    (gpu,) = open_nvml_gpus()
+    try:
+        child = multiprocessing.get_context("fork").Process(target=_set_in_forked_child, args=(150.0,))
+        child.start()
+        readings = [gpu.counter_mj() for _ in range(200)]  # at the same time as the child
+        child.join(timeout=60)
+        assert child.exitcode == 0
+        assert readings == sorted(readings)
+        assert gpu.knob_state().power_limit_w == 150
+    finally:
+        gpu.close()
+
+
 def test_the_state_layouts_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     made = _make(tmp_path, monkeypatch)
     library = ctypes.CDLL(str(made.library))

@@ -61,6 +61,20 @@ static int g_refs;                  /* nvmlInit minus nvmlShutdown */
 static int g_fd = -1;
 static vg_state *g_state;
 static char g_log_path[4096];
+static char g_state_path[4096];
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+
+/* A forked child shares the parent's open file, and so its flock: give it a file of its own, or the two
+ * would update the shared state unexcluded. The mapping stays (MAP_SHARED survives fork). */
+static void reopen_in_child(void) {
+    pthread_mutex_init(&g_mutex, NULL);
+    if (g_fd < 0) return;
+    int fd = open(g_state_path, O_RDWR | O_CLOEXEC);
+    close(g_fd);
+    g_fd = fd;
+}
+
+static void register_atfork(void) { pthread_atfork(NULL, NULL, reopen_in_child); }
 
 /* -- locking and the shared file ------------------------------------------------------------------------- */
 
@@ -99,8 +113,9 @@ static void log_call(const char *name, vg_gpu *gpu, const char *args, nvmlReturn
 static nvmlReturn_t open_state(void) {
     const char *dir = getenv("DTPO_VIRTUAL_GPUS");
     if (!dir || !dir[0]) return NVML_ERROR_DRIVER_NOT_LOADED;
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s/state.bin", dir) >= (int)sizeof path) return NVML_ERROR_DRIVER_NOT_LOADED;
+    char *path = g_state_path;
+    if (snprintf(path, sizeof g_state_path, "%s/state.bin", dir) >= (int)sizeof g_state_path)
+        return NVML_ERROR_DRIVER_NOT_LOADED;
     snprintf(g_log_path, sizeof g_log_path, "%s/calls.log", dir);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return NVML_ERROR_DRIVER_NOT_LOADED;
@@ -222,6 +237,7 @@ static nvmlReturn_t count_read(vg_gpu *g) {
 
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
     (void)flags;
+    pthread_once(&g_atfork_once, register_atfork);
     pthread_mutex_lock(&g_mutex);
     nvmlReturn_t ret = NVML_SUCCESS;
     if (g_refs == 0) ret = open_state();
