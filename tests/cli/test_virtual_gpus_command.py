@@ -159,3 +159,19 @@ def test_the_command_makes_shows_and_faults_them(tmp_path: Path) -> None:
                        (["fault", str(directory)], "name a fault")):
         bad = subprocess.run(dtpo_cli("virtual-gpus", *args), capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def test_a_journal_planted_in_a_shared_state_folder_sets_nothing(tmp_path: Path) -> None:
+    made = create(tmp_path / "vgpu", gpu="A40", count=1, root=True)
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o777)  # like a /var/tmp/dtpo another user created first
+    with st.locked(made.state_path) as gpus:
+        uuid = gpus.gpus[0].uuid.decode()
+    (state / "knobs-journal.json").write_text(json.dumps({"schema": "dtpo.knobs-journal/1", "entries": {
+        f"nvml:{uuid}": {"device": "gpu0", "original": {"power_limit_w": 100.0, "locked_sm_clocks_mhz": None}}}}))
+    env = _env(tmp_path, made.directory)
+    done = subprocess.run(dtpo_cli("restore"), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert f"refusing the knob journal {state}/knobs-journal.json: {state} is writable by others" in done.stderr
+    assert _limits_mw(made.directory) == [A40_DEFAULT_MW]  # the planted 100 W was not applied

@@ -136,3 +136,42 @@ def test_ranks_journaling_at_once_keep_every_entry(tmp_path: Path) -> None:
         worker.join(timeout=120)
         assert worker.exitcode == 0
     assert len(KnobJournal(path).entries()) == 4 * 25
+
+
+def test_the_folder_it_makes_is_private(tmp_path: Path) -> None:
+    journal = KnobJournal(tmp_path / "state" / "knobs-journal.json")
+    journal.remember(Gpu("nvml:GPU-a"))
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.parametrize("loosen", ["folder", "journal"])
+def test_a_journal_others_can_change_is_refused_in_one_line(loosen: str, tmp_path: Path) -> None:
+    folder = tmp_path / "state"
+    journal = KnobJournal(folder / "knobs-journal.json")
+    journal.remember(Gpu("nvml:GPU-a"))
+    target = folder if loosen == "folder" else journal.path
+    target.chmod(target.stat().st_mode | 0o002)
+    with pytest.raises(JournalError, match=f"refusing the knob journal .*: {target} is writable by others, so "
+                                           "another user could make dtpo set any power limit") as refused:
+        journal.entries()
+    assert "chmod 700" in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(JournalError, match="refusing the knob journal"):
+        restore_pending(journal, opener=lambda key: Gpu(key))
+
+
+def test_a_journal_planted_by_another_user_is_refused(tmp_path: Path) -> None:
+    import os
+
+    folder = tmp_path / "state"
+    folder.mkdir(mode=0o700)
+    path = folder / "knobs-journal.json"
+    path.write_text(json.dumps({"schema": JOURNAL_SCHEMA, "entries": {
+        "nvml:GPU-a": {"device": "gpu0", "original": {"power_limit_w": 100.0, "locked_sm_clocks_mhz": None}}}}))
+    try:
+        os.chown(path, 54321, -1)
+    except PermissionError:
+        pytest.skip("only root can give a file to another user")
+    restored: list[str] = []
+    with pytest.raises(JournalError, match="belongs to another user"):
+        restore_pending(KnobJournal(path), opener=lambda key: restored.append(key) or Gpu(key))
+    assert restored == []  # no GPU was opened, let alone set

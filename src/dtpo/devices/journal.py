@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import fcntl
+import getpass
 import json
 import math
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dtpo.core.errors import DtpoError
+from dtpo.core.files import untrusted_reason
 from dtpo.core.record import write_json_atomic
 from dtpo.devices.base import Device, DeviceError, KnobState
 
@@ -57,6 +59,9 @@ class KnobJournal:
             JournalError: The journal cannot be read, is not JSON, or is not a dtpo journal; the one-line
                 message says how to inspect and clear it.
         """
+        if not self.path.exists():
+            return {}
+        self.check_trusted(self.path)
         try:
             data = json.loads(self.path.read_text())
         except FileNotFoundError:
@@ -72,6 +77,21 @@ class KnobJournal:
             if not _valid_entry(entry):
                 raise self.unusable(f"is unreadable or corrupt (its entry {key!r} has no usable original settings)")
         return data["entries"]
+
+    def check_trusted(self, path: Path) -> None:
+        """Refuse a journal (or its folder) that another user owns or could change: dtpo, run as root, would
+        otherwise put planted "original" power limits and clocks on every GPU the journal names.
+
+        Raises:
+            JournalError: One line saying why and how to fix it (as OpenSSH does with its files).
+        """
+        why = untrusted_reason(path)
+        if why is not None:
+            folder = self.path.parent
+            raise JournalError(f"refusing the knob journal {self.path}: {why}, so another user could make dtpo set "
+                               f"any power limit or clock; fix: chown {getpass.getuser()} {folder} && chmod 700 "
+                               f"{folder} (check what the journal holds first), or set DTPO_STATE_DIR to a folder "
+                               "of your own")
 
     def unusable(self, why: str) -> JournalError:
         """The one-line error for a journal that cannot be used: what is wrong, how to inspect and clear it."""
@@ -113,11 +133,16 @@ class KnobJournal:
         lock file, so nothing is left behind."""
         folder = self.path.parent
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: only this user changes knobs' state
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise JournalError(f"cannot lock the knob journal {self.path}: {exc.strerror or exc} "
                                "(set DTPO_STATE_DIR to a writable folder)") from None
+        try:
+            self.check_trusted(folder)
+        except JournalError:
+            os.close(fd)
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from dtpo.core.files import untrusted_reason
 from dtpo.core.record import write_json_atomic
 from dtpo.devices.journal import state_dir
 from dtpo.tune.setting import GpuSetting
@@ -82,6 +83,11 @@ class ProfileStore:
         path = self.path(fingerprint)
         if not path.exists():
             return None
+        why = untrusted_reason(path)
+        if why is not None:  # a planted profile would make the tuner hold a setting it never measured
+            logger.warning("tuning profile %s is not used: %s; profiling again (chmod go-w the folder, or set "
+                           "DTPO_STATE_DIR to a folder of your own)", path, why)
+            return None
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA:
@@ -111,7 +117,7 @@ class ProfileStore:
         data = {"schema": PROFILE_SCHEMA, "saved_at": saved_at, "fingerprint": asdict(fingerprint),
                 "metric": metric, "choice": None if choice is None else choice.as_dict(), "settings": rows}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             write_json_atomic(path, data)
         except OSError as exc:
             logger.warning("cannot save the tuning profile to %s (%s)", path, exc.strerror or exc)
