@@ -47,7 +47,7 @@ def _limits_mw(directory: Path) -> list[int]:
 
 
 def test_a_tuning_run_goes_through_the_binding_and_says_simulated(tmp_path: Path) -> None:
-    made = create(tmp_path / "vgpu", gpu="A40", count=2, root=True, log_calls=True)
+    made = create(tmp_path / "vgpu", gpu="A40", count=2, root=True, log_calls=True, slow_steps=True)
     run_dir = tmp_path / "run"
     done = subprocess.run(dtpo_cli("train", "--workload", "mlp", "--steps", "240", "--tune", "power-limit",
                                    "--run-dir", str(run_dir), "--no-report", "--no-trace"),
@@ -58,6 +58,7 @@ def test_a_tuning_run_goes_through_the_binding_and_says_simulated(tmp_path: Path
         gpus = [d for d in rank["energy"]["devices"] if d["kind"] == "gpu"]
         assert len(gpus) == 1 and gpus[0]["source"] == "simulated" and gpus[0]["estimated"]
         assert "simulated, not measured" in gpus[0]["detail"]
+        assert any(note.startswith("step time: includes a simulated delay") for note in rank["energy"]["notes"])
     assert record["ranks"][0]["energy"]["devices"][0]["name"] != record["ranks"][1]["energy"]["devices"][0]["name"]
     sets = _sets(made.directory)
     assert {gpu for _, gpu, _ in sets} == {0, 1}  # each rank tuned its own GPU
@@ -83,6 +84,8 @@ def test_a_gpu_lost_mid_run_leaves_training_going_and_the_record_says_so(tmp_pat
     lost = record["ranks"][1]["energy"]["lost"]
     assert list(lost) == ["gpu1 (NVIDIA A40)"] and "GPU is lost" in lost["gpu1 (NVIDIA A40)"]
     assert record["ranks"][0]["energy"]["lost"] == {}
+    notes = record["ranks"][0]["energy"]["notes"]  # made without slow steps: no delay claimed
+    assert not any("simulated delay" in note for note in notes) and "simulated delay" not in done.stderr
 
 
 def test_monitor_shows_virtual_gpus_as_simulated(tmp_path: Path) -> None:

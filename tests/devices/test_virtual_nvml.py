@@ -16,6 +16,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.devices.base import DeviceError, KnobError
 from dtpo.devices.knobs import KnobController
 from dtpo.devices.nvml import open_nvml_gpus
+from dtpo.devices.physics.gpu_model import load_model
 from dtpo.devices.physics.power_specs import POWER_SPECS, PowerSpec, match_power_spec
 from dtpo.devices.virtual_nvml import ENV, VirtualGpus, preload
 from dtpo.devices.virtual_nvml import state as st
@@ -97,6 +98,29 @@ def test_a_lower_limit_or_clock_lock_draws_less(tmp_path: Path, monkeypatch: pyt
         assert gpu.sm_clock_mhz() <= 900 and gpu.power_w() < full
         gpu.unlock_sm_clocks()
         assert gpu.power_w() == pytest.approx(full)
+    finally:
+        gpu.close()
+
+
+def test_slow_steps_give_the_simulators_time_factor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _make(tmp_path, monkeypatch, gpu="A40", root=True, slow_steps=True)
+    (gpu,) = open_nvml_gpus()
+    try:
+        assert gpu.virtual_time_factor() == pytest.approx(1.0)  # the default setting
+        gpu.set_power_limit(100)
+        slowed = gpu.virtual_time_factor()
+        model = load_model("A40", "resnet50")
+        assert slowed == pytest.approx(model.at(100.0).time_per_sample_s / model.at().time_per_sample_s, rel=1e-3)
+        assert slowed > 1.2  # an A40 at a third of its power is much slower
+    finally:
+        gpu.close()
+
+
+def test_without_slow_steps_there_is_no_time_factor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _make(tmp_path, monkeypatch, gpu="A40")
+    (gpu,) = open_nvml_gpus()
+    try:
+        assert gpu.virtual_time_factor() is None
     finally:
         gpu.close()
 

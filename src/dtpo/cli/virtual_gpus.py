@@ -43,14 +43,18 @@ def create_command(
     utilization: Annotated[float, typer.Option("--utilization", metavar="SHARE",
                                                help="Share of time busy, 0-1.")] = 1.0,
     log_calls: Annotated[bool, typer.Option("--log-calls", help="Log every NVML call to DIR/calls.log.")] = False,
+    slow_steps: Annotated[bool, typer.Option("--slow-steps",
+                                             help="Slow each training step by the simulator's slowdown at the GPU's "
+                                                  "setting (a delay inside compute, labelled in the record), so "
+                                                  "tuning trades time as on a GPU.")] = False,
 ) -> None:
     """Build the NVML stand-in and a fresh set of virtual GPUs in DIR, and print how to use them."""
     from dtpo.devices.virtual_nvml.make import create
 
     made = create(directory, gpu=gpu, count=count, workload=workload, root=root, utilization=utilization,
-                  log_calls=log_calls)
+                  log_calls=log_calls, slow_steps=slow_steps)
     print(f"{made.count} virtual {made.gpu} GPU(s) in {made.directory} ({'root' if root else 'no permission to set'}"
-          "; every figure from them is simulated)")
+          f"{'; steps slowed by the simulated slowdown' if slow_steps else ''}; every figure from them is simulated)")
     print(f"export DTPO_VIRTUAL_GPUS={shlex.quote(str(made.directory.resolve()))}")
 
 

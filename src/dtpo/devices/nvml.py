@@ -326,6 +326,13 @@ class NvmlGpu(NvmlKnobs, Device):
                               "was the driver reloaded or the GPU reset?")
         self._last_mj = now
 
+    def virtual_time_factor(self) -> float | None:
+        """On a virtual GPU made with slow steps: how much longer a step takes at the settings in force than at the
+        default (the simulator's slowdown); ``None`` on a real GPU or without slow steps."""
+        if self.virtual is None or self._closed:
+            return None
+        return virtual_nvml.time_factor(self._nvml, self._handle)
+
     def counter_mj(self) -> int | None:
         """NVML's total-energy counter as it reads now (mJ since the driver loaded), or ``None`` without one."""
         if self._integrator is not None or self._closed:

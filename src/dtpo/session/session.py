@@ -66,6 +66,7 @@ from dtpo.session.loop.precision import Precision
 from dtpo.session.loop.probe import ProbeRequest
 from dtpo.session.loop.probe_steps import ProbeSteps
 from dtpo.session.loop.rebatch import cut_batch, join_batches
+from dtpo.session.loop.slowdown import ComputeSlowdown
 from dtpo.session.loop.switches import Switch, Switches
 from dtpo.session.loop.timer import StepTimer
 from dtpo.session.stream_run import StreamProducer, StreamRun, new_record
@@ -155,6 +156,8 @@ class Session(StreamProducer):
         self._sync_ctx: contextlib.ExitStack | None = None
         self._cut: list[Any] = []  # micro-batches re-cut from this step's loader batches, not yet handed out
         self._probes = ProbeSteps(self._switches)
+        # virtual GPUs with slow steps: a labelled wait inside compute (set by their callback, CPU clock only)
+        self.compute_slowdown: ComputeSlowdown | None = None
         self.start_step = 0  # the step this attempt started at: more than 0 after resuming from a checkpoint
         self.checkpoints = Checkpoints(run_config.checkpoint, self.ctx, self.run_dir, record.attempt)
 
@@ -381,6 +384,8 @@ class Session(StreamProducer):
             raise RuntimeError("session.backward() must follow a batch from session.batches()")
         last = self._micro == self.grad_accum - 1
         self.timer.backward_starting()
+        if self.compute_slowdown is not None and isinstance(self.timer.batch_ready, float):
+            self.compute_slowdown.wait(self.timer.batch_ready)
         try:
             scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
             self.precision.backward(scaled)

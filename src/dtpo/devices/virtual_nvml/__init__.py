@@ -13,8 +13,10 @@ before nvidia-ml-py looks for the library, and nvidia-ml-py, unmodified, binds t
 it with ``LD_LIBRARY_PATH=<dir>``. Figures from a virtual GPU are never measurements: the stand-in has a
 function the real library lacks (``dtpoVirtualGpuDescribe``), and dtpo labels every such GPU ``simulated``.
 
-What is not modelled: step time. A CPU computes at its own pace whatever limit a virtual GPU holds, so a
-tuning run on virtual GPUs trades simulated energy against real CPU time.
+Step time: a CPU computes at its own pace whatever limit a virtual GPU holds. Made with ``slow_steps``, the
+stand-in also answers ``dtpoVirtualGpuTimeFactor`` (the simulator's slowdown at the settings in force), and a
+Session on such a GPU waits that much longer inside each step's compute, said in the record; otherwise a tuning
+run on virtual GPUs trades simulated energy against real CPU time.
 """
 
 from __future__ import annotations
@@ -111,3 +113,14 @@ def describe(nvml: Any, handle: Any) -> str | None:
     if describe_fn(handle, out, ctypes.c_uint(st.NOTE)) != 0:
         return "virtual GPU: dtpo's NVML stand-in; simulated, not measured"
     return out.value.decode()
+
+
+def time_factor(nvml: Any, handle: Any) -> float | None:
+    """The stand-in's step-time factor at the settings in force, or ``None`` when it has none to give."""
+    factor_fn = getattr(getattr(nvml, "nvmlLib", None), "dtpoVirtualGpuTimeFactor", None)
+    if factor_fn is None:
+        return None
+    factor = ctypes.c_double()
+    if factor_fn(handle, ctypes.byref(factor)) != 0:
+        return None
+    return float(factor.value)

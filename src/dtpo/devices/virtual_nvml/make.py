@@ -93,22 +93,27 @@ def _fill_gpu(gpu: st.GpuState, spec: PowerSpec, index: int, workload: str, util
     gpu.min_limit_mw = int(round(spec.min_power_w * 1000))
     gpu.max_limit_mw = gpu.default_limit_mw = gpu.limit_mw = int(round(spec.max_power_w * 1000))
     gpu.mem_clock_mhz = MEMORY_CLOCKS.get(_key(spec), 1000)
+    default_s = model.at().time_per_sample_s  # the default setting: the maximum limit, clocks floating
     limits = np.linspace(spec.min_power_w, spec.max_power_w, st.LIMIT_POINTS)
     gpu.n_limits = st.LIMIT_POINTS
     for i, limit in enumerate(limits):
         point = model.at(float(limit))
         gpu.limit_w[i], gpu.limit_busy_w[i], gpu.limit_clock_mhz[i] = limit, point.power_w, point.sm_clock_mhz
+        gpu.limit_time_factor[i] = point.time_per_sample_s / default_s
     clocks = spec.sm_clocks_mhz[-st.MAX_CLOCKS:]
     gpu.n_clocks = len(clocks)
     for i, clock in enumerate(clocks):
+        point = model.at(None, clock)
         gpu.clocks_mhz[i] = clock
-        gpu.clock_busy_w[i] = model.at(None, clock).power_w
+        gpu.clock_busy_w[i] = point.power_w
+        gpu.clock_time_factor[i] = point.time_per_sample_s / default_s
     gpu.idle_w = spec.idle_power_w
     gpu.utilization = utilization
 
 
 def create(directory: str | Path, gpu: str = "A40", count: int = 1, workload: str = "resnet50",
-           root: bool = False, utilization: float = 1.0, log_calls: bool = False) -> VirtualGpus:
+           root: bool = False, utilization: float = 1.0, log_calls: bool = False,
+           slow_steps: bool = False) -> VirtualGpus:
     """Build the stand-in and a fresh state of ``count`` virtual GPUs in ``directory``.
 
     Args:
@@ -120,6 +125,8 @@ def create(directory: str | Path, gpu: str = "A40", count: int = 1, workload: st
         root: Allow the setters (power limit, clock locks), as root may; otherwise they answer NO_PERMISSION.
         utilization: Share of the time the GPUs are busy (0-1): power = idle + utilization x (busy - idle).
         log_calls: Append every NVML call to ``calls.log`` beside the state (for tests and debugging).
+        slow_steps: Let dtpo slow each training step on these GPUs by the simulator's slowdown at the setting in
+            force (a delay inside compute, labelled in the record), so a tuning run trades time as on a real GPU.
 
     Raises:
         ConfigError: A bad argument (one line).
@@ -137,7 +144,7 @@ def create(directory: str | Path, gpu: str = "A40", count: int = 1, workload: st
     os.chmod(path, 0o700)
     build_library(path)
     state = st.State(magic=st.MAGIC, version=st.VERSION, count=int(count), root=int(root),
-                     log_calls=int(log_calls), driver_version=DRIVER_VERSION.encode())
+                     log_calls=int(log_calls), slow_steps=int(slow_steps), driver_version=DRIVER_VERSION.encode())
     for index in range(int(count)):
         _fill_gpu(state.gpus[index], spec, index, workload, utilization, path)
     (path / st.CALL_LOG).unlink(missing_ok=True)

@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define VG_MAGIC 0x55504756u /* "VGPU" */
-#define VG_VERSION 1u
+#define VG_VERSION 2u
 #define VG_MAX_GPUS 16
 #define VG_MAX_CLOCKS 512
 #define VG_LIMIT_POINTS 64
@@ -43,6 +43,8 @@ typedef struct {
     float limit_clock_mhz[VG_LIMIT_POINTS]; /* the SM clock it settles at */
     uint32_t clocks_mhz[VG_MAX_CLOCKS];
     float clock_busy_w[VG_MAX_CLOCKS];      /* busy power with clocks locked at each, no limit binding */
+    float limit_time_factor[VG_LIMIT_POINTS];  /* time per sample under each limit / at the default setting */
+    float clock_time_factor[VG_MAX_CLOCKS];    /* the same with clocks locked at each */
     uint32_t pad;
     uint64_t energy_offset_mj;  /* added to the counter (modulo 2^64): faults (a counter that wraps or jumps) */
     double energy_mj;           /* energy since the state was made */
@@ -54,7 +56,7 @@ typedef struct {
     uint32_t count;             /* GPUs */
     uint32_t root;              /* nonzero: setters are allowed (as for root); else NO_PERMISSION */
     uint32_t log_calls;         /* nonzero: append each call to calls.log beside the state */
-    uint32_t pad;
+    uint32_t slow_steps;        /* nonzero: dtpoVirtualGpuTimeFactor answers, and dtpo slows compute by it */
     char driver_version[80];
     vg_gpu gpus[VG_MAX_GPUS];
 } vg_state;

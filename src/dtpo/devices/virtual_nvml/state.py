@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MAGIC = 0x55504756
-VERSION = 1
+VERSION = 2
 MAX_GPUS = 16
 MAX_CLOCKS = 512
 LIMIT_POINTS = 64
@@ -57,6 +57,8 @@ class GpuState(ctypes.Structure):
         ("limit_clock_mhz", ctypes.c_float * LIMIT_POINTS),
         ("clocks_mhz", ctypes.c_uint32 * MAX_CLOCKS),
         ("clock_busy_w", ctypes.c_float * MAX_CLOCKS),
+        ("limit_time_factor", ctypes.c_float * LIMIT_POINTS),
+        ("clock_time_factor", ctypes.c_float * MAX_CLOCKS),
         ("pad", ctypes.c_uint32),
         ("energy_offset_mj", ctypes.c_uint64),
         ("energy_mj", ctypes.c_double),
@@ -73,7 +75,7 @@ class State(ctypes.Structure):
         ("count", ctypes.c_uint32),
         ("root", ctypes.c_uint32),
         ("log_calls", ctypes.c_uint32),
-        ("pad", ctypes.c_uint32),
+        ("slow_steps", ctypes.c_uint32),
         ("driver_version", ctypes.c_char * 80),
         ("gpus", GpuState * MAX_GPUS),
     ]

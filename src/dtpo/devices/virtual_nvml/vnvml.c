@@ -170,20 +170,28 @@ static uint32_t clock_index(const vg_gpu *g, uint32_t mhz) {
     return best;
 }
 
-/* Busy power and SM clock under the limit and lock in force: whichever binds first. */
-static void settle(const vg_gpu *g, double *busy_w, double *clock_mhz) {
+/* Busy power, SM clock and time factor under the limit and lock in force: whichever binds first. */
+static void settle_all(const vg_gpu *g, double *busy_w, double *clock_mhz, double *time_factor) {
     double limit_w = g->limit_mw / 1000.0;
     double power = interpolate(g->limit_w, g->limit_busy_w, g->n_limits, limit_w);
     double clock = interpolate(g->limit_w, g->limit_clock_mhz, g->n_limits, limit_w);
+    double factor = interpolate(g->limit_w, g->limit_time_factor, g->n_limits, limit_w);
     if (g->locked_max_mhz && g->n_clocks) {
         uint32_t i = clock_index(g, g->locked_max_mhz);
         if (g->clock_busy_w[i] < power) {
             power = g->clock_busy_w[i];
             clock = g->clocks_mhz[i];
+            factor = g->clock_time_factor[i];
         }
     }
     *busy_w = power;
     *clock_mhz = clock;
+    *time_factor = factor;
+}
+
+static void settle(const vg_gpu *g, double *busy_w, double *clock_mhz) {
+    double factor;
+    settle_all(g, busy_w, clock_mhz, &factor);
 }
 
 static double power_now_w(const vg_gpu *g) {
@@ -568,6 +576,17 @@ nvmlReturn_t dtpoVirtualGpuDescribe(nvmlDevice_t device, char *out, unsigned int
     BEGIN(device)
     ret = copy_text(device->note, out, length);
     END("dtpoVirtualGpuDescribe", device, "-")
+}
+
+/* How much longer a step takes under the settings in force than at the default (the simulator's slowdown), for
+ * dtpo to add to a CPU step as a labelled delay; NOT_SUPPORTED unless the GPUs were made with slow steps. */
+nvmlReturn_t dtpoVirtualGpuTimeFactor(nvmlDevice_t device, double *factor) {
+    BEGIN(device)
+    double busy, clock;
+    if (!g_state->slow_steps) ret = NVML_ERROR_NOT_SUPPORTED;
+    else if (!factor) ret = NVML_ERROR_INVALID_ARGUMENT;
+    else settle_all(device, &busy, &clock, factor);
+    END("dtpoVirtualGpuTimeFactor", device, "-")
 }
 
 /* sizeof(vg_state), for dtpo to check that its ctypes mirror of state.h has the same layout. */

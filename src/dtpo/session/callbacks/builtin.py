@@ -17,6 +17,7 @@ from dtpo.devices import virtual_nvml
 from dtpo.devices.discovery import discover
 from dtpo.distributed.process_group import DistContext
 from dtpo.session.callbacks.energy import EnergyCallback
+from dtpo.session.callbacks.slowdown import NOTE, SlowdownCallback, slowed_gpu
 from dtpo.session.tuning.gpu_knobs import KnobCallback, rank_gpus
 from dtpo.session.tuning.job_knobs import JobTuneCallback
 from dtpo.session.tuning.power import TuneCallback
@@ -53,6 +54,12 @@ def builtin_callbacks(config: RunConfig, ctx: DistContext, progress: bool,
         if ctx.rank == 0:
             for note in found.notes:
                 log.info("energy: %s", note)
+        slowed = slowed_gpu(found.devices)  # a virtual GPU made with slow steps: a labelled delay in compute
+        if slowed is not None:
+            found.notes.append(NOTE)
+            out.append(SlowdownCallback(slowed))
+            if ctx.rank == 0:
+                log.warning("energy: %s", NOTE)
         energy = EnergyCallback(found, config.session.warmup_steps, config.energy.sample_interval_s)
         energy_devices = found.devices
     if config.knobs.requested:
