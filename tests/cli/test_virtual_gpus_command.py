@@ -178,3 +178,19 @@ def test_a_journal_planted_in_a_shared_state_folder_sets_nothing(tmp_path: Path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert f"refusing the knob journal {state}/knobs-journal.json: {state} is writable by others" in done.stderr
     assert _limits_mw(made.directory) == [A40_DEFAULT_MW]  # the planted 100 W was not applied
+
+
+def test_restore_exits_1_when_a_gpu_stays_changed(tmp_path: Path) -> None:
+    made = create(tmp_path / "vgpu", gpu="A40", count=1, root=True)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    journal = state / "knobs-journal.json"
+    journal.write_text(json.dumps({"schema": "dtpo.knobs-journal/1", "entries": {  # a GPU no longer in the node
+        "nvml:GPU-00000000-dead-beef-0000-000000000000": {
+            "device": "gpu3 (NVIDIA A40)", "original": {"power_limit_w": 300.0, "locked_sm_clocks_mhz": None}}}}))
+    done = subprocess.run(dtpo_cli("restore"), env=_env(tmp_path, made.directory), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1, (done.stdout, done.stderr)  # a boot hook can tell that something stays changed
+    assert "could not restore gpu3 (NVIDIA A40): no GPU with UUID" in done.stdout
+    assert done.stderr.strip() == f"1 device(s) stay changed; they stay in {journal} for the next `dtpo restore`"
+    assert json.loads(journal.read_text())["entries"]  # kept for a later try

@@ -7,6 +7,9 @@ commands that change knobs (they could not journal their own changes); the other
 from __future__ import annotations
 
 import logging
+import sys
+
+import typer
 
 from dtpo.devices.journal import JournalError, KnobJournal, restore_pending
 
@@ -36,10 +39,19 @@ def restore_at_start(changes_knobs: bool = False, journal: KnobJournal | None = 
 
 
 def restore_command() -> None:
-    """Restore the original power limits and clocks of GPUs that a crashed dtpo run left changed."""
+    """Restore the original power limits and clocks of GPUs that a crashed dtpo run left changed.
+
+    Exits 1 when a device could not be put back (it stays in the journal), so a script or a node's boot hook can
+    tell; 0 when everything is back or nothing was left changed.
+    """
     journal = KnobJournal()
     lines = restore_pending(journal)
     for line in lines:
         print(line)
     if not lines:
         print(f"nothing to restore ({journal.path} has no entries)")
+    left = journal.entries()
+    if left:
+        print(f"{len(left)} device(s) stay changed; they stay in {journal.path} for the next `dtpo restore`",
+              file=sys.stderr)
+        raise typer.Exit(1)
