@@ -84,11 +84,14 @@ def dtpo_cli(*args: str) -> list[str]:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keep measured CPU peaks in a per-session folder instead of the user's cache, and the runs the tests
-    register in a store of the test session's own instead of the project's runs/dtpo.sqlite."""
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep measured CPU peaks in a per-session folder instead of the user's cache, the runs the tests register in
+    a store of the test session's own instead of the project's runs/dtpo.sqlite, and the run directories made
+    without --run-dir in the test's own ``tmp_path/runs`` instead of the project's runs/: tests never touch the
+    working tree."""
     monkeypatch.setenv("DTPO_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
     monkeypatch.setenv("DTPO_STORE", str(tmp_path_factory.getbasetemp() / "dtpo.sqlite"))
+    monkeypatch.setenv("DTPO_RUN_ROOT", str(tmp_path / "runs"))
 
 
 @pytest.fixture

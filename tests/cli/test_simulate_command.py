@@ -121,7 +121,8 @@ def test_json_is_written_into_an_existing_folder(tmp_path: Path) -> None:
     result = run(["--steps", "10", "--gpus", "2", "--json", str(out)], tmp_path / "state")
     assert result.returncode == 0, result.stderr
     assert json.loads(out.read_text())["config"]["gpus"] == 2
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json"]  # no temporary left, no state folder
+    # no temporary left, no state folder (runs/: where the test session puts run directories, DTPO_RUN_ROOT)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["result.json", "runs"]
 
 
 def test_the_progress_bar_shows_only_for_long_jobs_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dtpo.core.files import untrusted_reason
+from dtpo.core.files import default_run_root, untrusted_reason
 
 
 def test_a_private_folder_is_trusted(tmp_path: Path) -> None:
@@ -50,3 +50,10 @@ def test_a_path_of_another_user_is_not(tmp_path: Path) -> None:
     except PermissionError:
         pytest.skip("only root can give a folder to another user")
     assert untrusted_reason(theirs) == f"{theirs} belongs to another user (uid 54321)"
+
+
+def test_run_directories_go_where_dtpo_run_root_says(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DTPO_RUN_ROOT", str(tmp_path / "elsewhere"))
+    assert default_run_root() == tmp_path / "elsewhere"
+    monkeypatch.delenv("DTPO_RUN_ROOT")
+    assert default_run_root() == Path("runs")  # the working directory's, as before

@@ -311,8 +311,9 @@ def test_static_multi_node_without_a_run_dir_agrees_on_one_run_id(tmp_path: Path
         cmd = dtpo_cli("launch", "--nnodes", "2", "--node-rank", str(node), "--rdzv-backend", "static",
                        "--master-addr", "127.0.0.1", "--master-port", str(port), "--nproc-per-node", "1",
                        "--rdzv-timeout", "60", str(script))
+        env = {k: v for k, v in os.environ.items() if k != "DTPO_RUN_ROOT"}  # the default: runs/ in each cwd
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                      cwd=tmp_path / f"node{node}"))
+                                      cwd=tmp_path / f"node{node}", env=env))
     outputs = [p.communicate(timeout=180)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     dirs = [sorted(p.name for p in (tmp_path / f"node{n}" / "runs").iterdir()) for n in (0, 1)]

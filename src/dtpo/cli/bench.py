@@ -15,6 +15,7 @@ from dtpo.cli.register import open_store_for, registered
 from dtpo.cli.train import launch_training, resolve
 from dtpo.core.config import MAX_WORKERS, RunConfig
 from dtpo.core.errors import ConfigError
+from dtpo.core.files import default_run_root
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
 from dtpo.distributed.run_dir import prepare_run_dir
 from dtpo.telemetry.artifacts import write_report_beside
@@ -86,7 +87,7 @@ def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
     """
     resolved = {count: resolve(for_worker_count(config, count)) for count in counts}
     check_store_path(config.telemetry.store)
-    bench_dir = prepare_run_dir(config.launch.run_dir or Path("runs") / f"bench-{new_run_id()}",
+    bench_dir = prepare_run_dir(config.launch.run_dir or default_run_root() / f"bench-{new_run_id()}",
                                 overwrite=config.launch.overwrite)
     store = open_store_for(bench_dir, config.telemetry.store)
     first = resolved[counts[0]]

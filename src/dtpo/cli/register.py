@@ -24,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from dtpo.core.errors import ConfigError, DtpoError, first_line
+from dtpo.core.files import default_run_root
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
 from dtpo.distributed.run_dir import holds_record, prepare_run_dir, remove_empty_run
 from dtpo.telemetry.store.database import RunStore
@@ -173,7 +174,7 @@ def save_result(kind: str, data: dict[str, Any], run_dir: Path | None, store: st
     Returns:
         The path of the JSON file.
     """
-    folder = prepare_run_dir(run_dir if run_dir is not None else Path("runs") / f"{kind}-{new_run_id()}")
+    folder = prepare_run_dir(run_dir if run_dir is not None else default_run_root() / f"{kind}-{new_run_id()}")
     path = folder / RESULT_FILE[kind]
     try:
         write_json_atomic(path, data)

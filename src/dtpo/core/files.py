@@ -7,6 +7,14 @@ import stat
 import tempfile
 from pathlib import Path
 
+RUN_ROOT_ENV = "DTPO_RUN_ROOT"
+
+
+def default_run_root() -> Path:
+    """Where new run directories go when none is named: ``$DTPO_RUN_ROOT``, else ``runs`` in the working
+    directory."""
+    return Path(os.environ.get(RUN_ROOT_ENV) or "runs")
+
 
 def is_writable_dir(path: Path) -> bool:
     """Whether a file can really be created in ``path`` (permission bits lie for root and read-only mounts)."""

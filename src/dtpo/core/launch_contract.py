@@ -5,9 +5,10 @@ workers as environment variables (:meth:`LaunchContract.to_environ`, the ``DTPO_
 :data:`ENVIRON_NAMES`); a worker reads it back with :meth:`LaunchContract.from_environ`. Nothing else reads or
 writes those variables.
 
-dtpo's user settings (``DTPO_STATE_DIR``, ``DTPO_STORE``, ``DTPO_CACHE_DIR``, ``DTPO_LOG_LEVEL``) are not part
-of the contract: a person sets them, no launcher does, and each is read where it is used (the knob journal, the
-run store, the measured-figures cache, logging). The Ray engine passes them on to its workers as they are,
+dtpo's user settings (``DTPO_STATE_DIR``, ``DTPO_STORE``, ``DTPO_CACHE_DIR``, ``DTPO_LOG_LEVEL``,
+``DTPO_RUN_ROOT``, ``DTPO_VIRTUAL_GPUS``) are not part of the contract: a person sets them, no launcher does, and
+each is read where it is used (the knob journal, the run store, the measured-figures cache, logging, the parent of
+new run directories, virtual GPUs). The Ray engine passes them on to its workers as they are,
 because Ray's workers do not inherit the driver's environment.
 """
 

@@ -32,14 +32,13 @@ from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.elastic.rendezvous.api import RendezvousError
 
 from dtpo.core.errors import LaunchError, first_line, signal_name
-from dtpo.core.files import is_writable_dir
+from dtpo.core.files import default_run_root, is_writable_dir
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.distributed.launch_args import apply_rdzv_timeout
 from dtpo.distributed.run_dir import LAUNCHER_LOG, is_empty_run, prepare_run_dir, remove_empty_run
 
 log = logging.getLogger(__name__)
 
-DEFAULT_RUN_ROOT = Path("runs")
 # torchelastic's agent shares its rendezvous TCPStore with the workers, and that store outlives a restart: the
 # workers of the next attempt read the previous attempt's keys under the same "default_pg" prefix (gloo's peer
 # addresses, NCCL's unique id) and connect to ports of dead processes ("Gloo connectFullMesh failed ...
@@ -102,9 +101,9 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
     agree = _workers_choose_run_dir(args)
     scratch: Path | None = None
     existed = False
-    root_existed = DEFAULT_RUN_ROOT.exists()
+    root_existed = default_run_root().exists()
     if agree:
-        root = _prepare_root(DEFAULT_RUN_ROOT)
+        root = _prepare_root(default_run_root())
         scratch = Path(tempfile.mkdtemp(prefix="dtpo-launch-"))
         pointer = scratch / "run-dir"
         where = {"run_root": root, "run_pointer": pointer}
@@ -114,7 +113,7 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
     else:
         named = args.run_dir if args.run_dir is not None else _shared_run_dir(args)
         existed = named is not None and Path(named).expanduser().exists()
-        run_dir = prepare_run_dir(named, overwrite=args.overwrite, default_root=DEFAULT_RUN_ROOT)
+        run_dir = prepare_run_dir(named, overwrite=args.overwrite, default_root=default_run_root())
         where = {"run_dir": run_dir}
         log_path = run_dir / LAUNCHER_LOG
     agent = agent_path is not None and not args.no_agent
@@ -166,7 +165,7 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
         remove_empty_run(run_dir)
     if not root_existed:  # the default root this launch created, if nothing stayed in it
         with contextlib.suppress(OSError):
-            DEFAULT_RUN_ROOT.rmdir()
+            default_run_root().rmdir()
     return LaunchOutcome(run_dir, failed, message, signum, watcher.restarts, tuple(watcher.attempt_errors),
                          recorded)
 
@@ -196,7 +195,7 @@ def _shared_run_dir(args: argparse.Namespace) -> Path | None:
     rdzv_id = str(args.rdzv_id or "")
     if args.standalone or rdzv_id in ("", "none") or not _SAFE_ID.match(rdzv_id):
         return None
-    return DEFAULT_RUN_ROOT / rdzv_id
+    return default_run_root() / rdzv_id
 
 
 def _prepare_root(root: Path) -> Path:

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 from dtpo.core.errors import ConfigError
-from dtpo.core.files import is_writable_dir
+from dtpo.core.files import default_run_root, is_writable_dir
 from dtpo.core.record import RANK_DIR, RECORD_FILE, new_run_id
 
 log = logging.getLogger(__name__)
@@ -21,13 +21,14 @@ log = logging.getLogger(__name__)
 LAUNCHER_LOG = "launcher.log"
 
 
-def prepare_run_dir(path: Path | str | None, overwrite: bool = False, default_root: Path = Path("runs")) -> Path:
+def prepare_run_dir(path: Path | str | None, overwrite: bool = False, default_root: Path | None = None) -> Path:
     """Resolve, create and check a run directory.
 
     Args:
         path: The directory the user named (``--run-dir``), or ``None`` for ``default_root/<new run id>``.
         overwrite: Allow a directory that already holds a run's record; the old record and rank files go.
-        default_root: Parent of new run directories when ``path`` is ``None``.
+        default_root: Parent of new run directories when ``path`` is ``None`` (default: ``$DTPO_RUN_ROOT``, else
+            ``runs``).
 
     Returns:
         The absolute path of the directory, which exists and is writable.
@@ -37,7 +38,7 @@ def prepare_run_dir(path: Path | str | None, overwrite: bool = False, default_ro
             record and ``overwrite`` is false. Nothing is left behind.
     """
     if path is None:
-        path = Path(default_root) / new_run_id()
+        path = Path(default_root if default_root is not None else default_run_root()) / new_run_id()
     if isinstance(path, str) and not path.strip():
         raise ConfigError("--run-dir must name a directory, got an empty string")
     target = Path(path).expanduser().absolute()

@@ -21,7 +21,7 @@ from typing import Any
 import torch.distributed as dist
 
 from dtpo.core.errors import ConfigError, signal_name
-from dtpo.core.files import is_writable_dir
+from dtpo.core.files import default_run_root, is_writable_dir
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, new_run_id, rank_record_path, write_json_atomic
 from dtpo.core.totals import finalize
@@ -79,7 +79,7 @@ def agree_on_run_dir(ctx: DistContext, run_dir: str | os.PathLike[str] | None) -
         name = [new_run_id()]
         if ctx.distributed:
             dist.broadcast_object_list(name, src=0, group=ctx.group)
-        chosen = (contract.run_root or Path("runs")) / name[0]
+        chosen = (contract.run_root or default_run_root()) / name[0]
     path = Path(chosen).resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
