@@ -312,12 +312,20 @@ class NvmlGpu(NvmlKnobs, Device):
                 self._read_counter()
             return (self._last_mj - self._start_mj) / 1000.0
 
-    def _read_counter(self) -> None:
+    def _raw_counter_mj(self) -> int:
+        """NVML's total-energy counter as it reads (mJ since the driver loaded).
+
+        Raises:
+            DeviceError: It cannot be read.
+        """
         nvml = self._nvml
         try:
-            now = int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)) + self._wraps * COUNTER_WRAP
+            return int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
         except nvml.NVMLError as exc:
             raise DeviceError(f"{self.info.name}: energy counter unreadable: {_why(nvml, exc)}") from None
+
+    def _read_counter(self) -> None:
+        now = self._raw_counter_mj() + self._wraps * COUNTER_WRAP
         if now < self._last_mj and self._last_mj - now > COUNTER_WRAP // 2:
             self._wraps += 1  # the 64-bit counter wrapped: count on from its top
             now += COUNTER_WRAP
@@ -337,11 +345,7 @@ class NvmlGpu(NvmlKnobs, Device):
         """NVML's total-energy counter as it reads now (mJ since the driver loaded), or ``None`` without one."""
         if self._integrator is not None or self._closed:
             return None
-        nvml = self._nvml
-        try:
-            return int(nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
-        except nvml.NVMLError as exc:
-            raise DeviceError(f"{self.info.name}: energy counter unreadable: {_why(nvml, exc)}") from None
+        return self._raw_counter_mj()
 
     def power_w(self) -> float | None:
         """Power now in watts (NVML's reading, averaged over about a second on recent GPUs), or None if unsupported.

@@ -101,9 +101,10 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
     agree = _workers_choose_run_dir(args)
     scratch: Path | None = None
     existed = False
-    root_existed = default_run_root().exists()
+    run_root = default_run_root()
+    root_existed = run_root.exists()
     if agree:
-        root = _prepare_root(default_run_root())
+        root = _prepare_root(run_root)
         scratch = Path(tempfile.mkdtemp(prefix="dtpo-launch-"))
         pointer = scratch / "run-dir"
         where = {"run_root": root, "run_pointer": pointer}
@@ -113,7 +114,7 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
     else:
         named = args.run_dir if args.run_dir is not None else _shared_run_dir(args)
         existed = named is not None and Path(named).expanduser().exists()
-        run_dir = prepare_run_dir(named, overwrite=args.overwrite, default_root=default_run_root())
+        run_dir = prepare_run_dir(named, overwrite=args.overwrite, default_root=run_root)
         where = {"run_dir": run_dir}
         log_path = run_dir / LAUNCHER_LOG
     agent = agent_path is not None and not args.no_agent
@@ -165,7 +166,7 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
         remove_empty_run(run_dir)
     if not root_existed:  # the default root this launch created, if nothing stayed in it
         with contextlib.suppress(OSError):
-            default_run_root().rmdir()
+            run_root.rmdir()
     return LaunchOutcome(run_dir, failed, message, signum, watcher.restarts, tuple(watcher.attempt_errors),
                          recorded)
 

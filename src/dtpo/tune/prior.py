@@ -17,19 +17,13 @@ import numpy as np
 from dtpo.core.errors import ConfigError
 from dtpo.devices.base import KnobLimits
 from dtpo.devices.physics.gpu_model import ParametricModel
-from dtpo.devices.physics.power_specs import PowerSpec, match_power_spec
+from dtpo.devices.physics.power_specs import PowerSpec
 from dtpo.tune.cost import CostContext, CostMetric
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Estimate
 
 ASSUMED_MEMORY_SHARE = 0.3
 ACTIVITIES = np.round(np.arange(0.10, 2.0 + 1e-9, 0.02), 4)
-
-
-def spec_for(gpu_name: str) -> PowerSpec | None:
-    """The power spec of a GPU by its NVML, catalogue or dtpo device name (``"gpu0 (NVIDIA A40)"``), or ``None``
-    when dtpo has no figures for that part (see :func:`dtpo.devices.physics.power_specs.match_power_spec`)."""
-    return match_power_spec(gpu_name)
 
 
 def within_limits(spec: PowerSpec, limits: KnobLimits | None) -> PowerSpec:

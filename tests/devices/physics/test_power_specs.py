@@ -107,3 +107,20 @@ def test_a_gpu_outside_the_catalogue_takes_the_range_of_its_trace() -> None:
             trace_range_spec(low, high)
     with pytest.raises(ConfigError, match="unknown GPU model 'unlisted-abc'; choose one of A40, .*, MI300X$"):
         find_power_spec("unlisted-abc")
+
+
+@pytest.mark.parametrize("name, spec", [
+    ("gpu0 (NVIDIA A40)", "A40"),  # dtpo's own device name: the dry-run model figure looks it up so
+    ("gpu3 (Tesla V100-PCIE-32GB)", "V100"),
+    ("NVIDIA H100 80GB HBM3", "H100-SXM"),
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM"),
+    ("gpu1 (NVIDIA H100 PCIe)", "H100-PCIe"),  # not the SXM part's 700 W
+])
+def test_nvml_and_dtpo_device_names_find_their_spec(name: str, spec: str) -> None:
+    found = match_power_spec(name)
+    assert found is not None and found.name == spec
+
+
+def test_an_unknown_gpu_by_device_name_has_no_spec() -> None:
+    assert match_power_spec("gpu0 (Matrox G200)") is None
+    assert match_power_spec("NVIDIA H100 NVL") is None  # a 400 W part the catalogue lacks: no borrowed SXM figures

@@ -26,8 +26,8 @@ from fakes import FakeNvml, FakeNvmlGpu
 from dtpo.core.config import TuneConfig
 from dtpo.core.record_sections import PowerTuning
 from dtpo.devices.nvml import NvmlGpu, open_nvml_gpus
+from dtpo.devices.physics.power_specs import match_power_spec
 from dtpo.session.tuning.power import TuneCallback
-from dtpo.tune.prior import spec_for
 
 UUID = "GPU-7e57aaaa-0000-0000-0000-000000000000"
 MIN_MW, MAX_MW = 100_000, 300_000
@@ -269,7 +269,7 @@ def test_the_profile_folder_defaults_to_the_state_dir(nvml: FakeNvml, gpus: list
 def test_no_permission_changes_nothing_goes_on_and_reports_a_model_figure(
         nvml: FakeNvml, gpus: list[NvmlGpu], state: Path, make_callback: Callable[..., TuneCallback],
         caplog: pytest.LogCaptureFixture) -> None:
-    assert spec_for(nvml.gpus[0].model) is not None  # an H100 by name: there is a power model of it
+    assert match_power_spec(nvml.gpus[0].model) is not None  # an H100 by name: there is a power model of it
     nvml.deny = True
     job = Job(nvml)
     cb = make_callback(job, gpus=gpus)

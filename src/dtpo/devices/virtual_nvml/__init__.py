@@ -104,9 +104,14 @@ def preload(env: Mapping[str, str] = os.environ) -> None:
     _preloaded[str(library)] = ctypes.CDLL(str(library), mode=ctypes.RTLD_GLOBAL)
 
 
+def _own_function(nvml: Any, name: str) -> Any:
+    """A function of the stand-in that the real NVML library does not have, or ``None`` (a real GPU, or a fake)."""
+    return getattr(getattr(nvml, "nvmlLib", None), name, None)
+
+
 def describe(nvml: Any, handle: Any) -> str | None:
     """What a GPU opened through NVML is, if it is a virtual one (``None`` for a real GPU)."""
-    describe_fn = getattr(getattr(nvml, "nvmlLib", None), "dtpoVirtualGpuDescribe", None)
+    describe_fn = _own_function(nvml, "dtpoVirtualGpuDescribe")
     if describe_fn is None:
         return None
     out = ctypes.create_string_buffer(st.NOTE)
@@ -117,7 +122,7 @@ def describe(nvml: Any, handle: Any) -> str | None:
 
 def time_factor(nvml: Any, handle: Any) -> float | None:
     """The stand-in's step-time factor at the settings in force, or ``None`` when it has none to give."""
-    factor_fn = getattr(getattr(nvml, "nvmlLib", None), "dtpoVirtualGpuTimeFactor", None)
+    factor_fn = _own_function(nvml, "dtpoVirtualGpuTimeFactor")
     if factor_fn is None:
         return None
     factor = ctypes.c_double()

@@ -35,9 +35,10 @@ from dtpo.core.steps import RunView
 from dtpo.core.tuner_status import ClockLock, TunerState
 from dtpo.devices.base import Device, KnobError, KnobLimits
 from dtpo.devices.knobs import KnobController, log_knob_action
+from dtpo.devices.physics.power_specs import match_power_spec
 from dtpo.tune.cost import CostContext, parse_cost
 from dtpo.tune.knob import apply_setting, make_knobs
-from dtpo.tune.prior import model_guess, spec_for, within_limits
+from dtpo.tune.prior import model_guess, within_limits
 from dtpo.tune.profile import JobFingerprint, ProfileStore
 from dtpo.tune.setting import GpuSetting
 from dtpo.tune.stats import Block, SettingStats
@@ -97,7 +98,7 @@ class TuneCallback(Callback):
         knobs = make_knobs(self.config.knob or "power-limit", limits, self.config.step_w)
         context = CostContext(gpus=session.world_size * len(self.gpus), max_power_w=limits.max_power_limit_w)
         default = GpuSetting(limits.max_power_limit_w, None)
-        spec = spec_for(self.gpus[0].info.name)
+        spec = match_power_spec(self.gpus[0].info.name)
         guess = model_guess(spec, self.metric, context) if spec is not None else None
         self.tuner = PowerTuner(knobs, self.metric, context, default, self.options, guess=guess)
         self.controller = KnobController(self.mode, log=log_knob_action)
@@ -255,7 +256,7 @@ class TuneCallback(Callback):
 
         tuner = self.tuner
         assert tuner is not None
-        spec = spec_for(self.gpus[0].info.name)
+        spec = match_power_spec(self.gpus[0].info.name)
         default_stats = tuner.stats.get(tuner.default)
         if spec is None or default_stats is None or not default_stats.measured:
             return {"choice": None, "note": f"no power model of {self.gpus[0].info.name}: nothing to predict"}
