@@ -75,3 +75,66 @@ def test_exit_codes_follow_system_exit(caplog: pytest.LogCaptureFixture) -> None
     with caplog.at_level(logging.ERROR, logger="dtpo.distributed.worker_exit"):
         assert exit_code("why") == 1
     assert [r.getMessage() for r in caplog.records] == ["why"]
+
+
+def test_the_exit_waits_for_runnable_threads_then_goes_on() -> None:
+    """settle_native_threads looks until two looks in a row find no other runnable thread, then returns True."""
+    import torch.distributed  # noqa: F401 - the wait only matters once it was imported
+
+    from dtpo.distributed.worker_exit import settle_native_threads
+
+    looks = iter([["R", "S"], ["S"], ["R"], ["S", "S"], ["S"]])
+    seen: list[int] = []
+
+    def states() -> list[str]:
+        seen.append(1)
+        return next(looks)
+
+    assert settle_native_threads(cap_s=5.0, slice_s=0.0, states=states)
+    assert len(seen) == 5  # the quiet look after a runnable one does not count twice
+
+
+def test_the_exit_gives_up_on_threads_that_stay_runnable() -> None:
+    import torch.distributed  # noqa: F401
+
+    from dtpo.distributed.worker_exit import settle_native_threads
+
+    assert not settle_native_threads(cap_s=0.05, slice_s=0.001, states=lambda: ["R"])
+
+
+def test_the_exit_does_not_wait_without_torch_distributed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dtpo.distributed.worker_exit import settle_native_threads
+
+    monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
+    assert settle_native_threads(cap_s=5.0, states=lambda: pytest.fail("looked without torch.distributed"))
+
+
+def test_a_thread_busy_in_native_code_reads_as_runnable() -> None:
+    """The real look at /proc: a thread hashing (which releases the GIL) is seen runnable at some look."""
+    import hashlib
+    import threading
+    import time
+
+    from dtpo.distributed.worker_exit import _other_thread_states
+
+    if not Path("/proc/self/task").is_dir():
+        pytest.skip("no /proc on this system")
+    stop = threading.Event()
+    data = b"x" * (16 << 20)
+
+    def busy() -> None:
+        while not stop.is_set():
+            hashlib.sha256(data).digest()
+
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        seen = False
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+            seen = "R" in _other_thread_states()
+    finally:
+        stop.set()
+        thread.join()
+    assert seen

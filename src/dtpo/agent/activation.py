@@ -64,6 +64,9 @@ def start() -> bool:
     os.environ.pop(AGENT_ENV, None)
     configure_logging()
     agent = Agent(contract, samples)
+    from dtpo.distributed.worker_exit import settle_native_threads
+
+    atexit.register(settle_native_threads)  # registered first, so it runs after every other exit handler
     if runs_on == "torch":
         when_imported("torch", agent.torch_imported)
     when_imported("keras", agent.keras_imported)
@@ -144,7 +147,7 @@ class Agent:
         config = RunConfig.load(self.contract.config) if self.contract.config else RunConfig()
         strategy = "ddp" if tracker.ddp is not None else "fsdp" if _fsdp_in_use() else config.session.strategy
         config = config.replace(session={"strategy": strategy})
-        if config.tune.knob == "stragglers" and tracker.ddp is None:
+        if config.tune.stragglers and tracker.ddp is None:
             log.warning("agent: --tune stragglers needs DDP's gradient-ready times and this script builds no "
                         "DistributedDataParallel model: not tuned")
             config = config.replace(tune={"knob": None})
