@@ -15,7 +15,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import dtpo_cli, free_port
+from conftest import dtpo_cli, free_port, run_cli
 
 from dtpo.devices.virtual_nvml import ENV
 from dtpo.devices.virtual_nvml import state as st
@@ -162,6 +162,33 @@ def test_the_command_makes_shows_and_faults_them(tmp_path: Path) -> None:
                        (["fault", str(directory)], "name a fault")):
         bad = subprocess.run(dtpo_cli("virtual-gpus", *args), capture_output=True, text=True, timeout=60)
         assert bad.returncode == 2 and says in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+
+
+def _slow_factors(directory: Path) -> list[float]:
+    with st.locked(directory / st.STATE_FILE) as state:
+        return [state.gpus[i].slow_factor for i in range(state.count)]
+
+
+def test_fault_slow_makes_a_straggler_that_show_notes(tmp_path: Path, state: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    directory = create(tmp_path / "vgpu", gpu="A40", count=2, slow_steps=True).directory
+    code, out, err = run_cli(["virtual-gpus", "fault", str(directory), "--gpu", "1", "--slow", "1.5"], capsys)
+    assert code == 0 and "fault set" in out, err
+    assert _slow_factors(directory) == [1.0, 1.5]
+    shown = subprocess.run(dtpo_cli("virtual-gpus", "show", str(directory)), capture_output=True, text=True,
+                           timeout=60, env={**os.environ, "DTPO_STATE_DIR": str(state)})
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.count("slow x1.50") == 1 and shown.stdout.count("NVIDIA A40") == 2
+    assert run_cli(["virtual-gpus", "fault", str(directory), "--gpu", "1", "--slow", "1"], capsys)[0] == 0
+    assert _slow_factors(directory) == [1.0, 1.0]  # --slow 1 clears it
+    for value in ("0.5", "nan", "inf", "-1"):
+        code, _, err = run_cli(["virtual-gpus", "fault", str(directory), "--slow", value], capsys)
+        assert code == 2 and "--slow must be a finite factor of 1 or more" in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    plain = create(tmp_path / "plain", gpu="A40", count=1).directory  # made without --slow-steps
+    code, _, err = run_cli(["virtual-gpus", "fault", str(plain), "--slow", "2"], capsys)
+    assert code == 2 and "--slow needs virtual GPUs made with --slow-steps; " in err, err
+    assert len(err.strip().splitlines()) == 1 and _slow_factors(plain) == [1.0]
 
 
 def test_a_journal_planted_in_a_shared_state_folder_sets_nothing(tmp_path: Path) -> None:

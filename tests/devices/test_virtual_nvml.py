@@ -116,6 +116,47 @@ def test_slow_steps_give_the_simulators_time_factor(tmp_path: Path, monkeypatch:
         gpu.close()
 
 
+def test_a_slow_fault_multiplies_the_time_factor_and_1_clears_it(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, gpu="A40", count=2, root=True, slow_steps=True)
+    gpus = open_nvml_gpus()
+    try:
+        gpus[0].set_power_limit(150)
+        before, other = gpus[0].virtual_time_factor(), gpus[1].virtual_time_factor()
+        power = gpus[0].power_w()
+        inject(made.directory, 0, slow_factor=1.5)  # seen at the next call, without reopening
+        assert gpus[0].virtual_time_factor() == pytest.approx(before * 1.5, rel=1e-6)  # on top of the setting's
+        assert gpus[1].virtual_time_factor() == pytest.approx(other)  # the other GPU keeps its pace
+        assert gpus[0].power_w() == pytest.approx(power)  # power stays the setting's
+        inject(made.directory, 0, slow_factor=1)
+        assert gpus[0].virtual_time_factor() == pytest.approx(before)
+    finally:
+        for gpu in gpus:
+            gpu.close()
+    with st.locked(made.state_path) as state:
+        assert [state.gpus[i].slow_factor for i in range(state.count)] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.0, -2.0, float("nan"), float("inf"), 1e39])
+def test_a_bad_slow_factor_is_a_one_line_error(factor: float, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch, slow_steps=True)
+    with pytest.raises(ConfigError, match="finite number of 1 or more") as raised:
+        inject(made.directory, 0, slow_factor=factor)
+    assert "\n" not in str(raised.value)
+    with st.locked(made.state_path) as state:
+        assert state.gpus[0].slow_factor == 1.0  # nothing written
+
+
+def test_a_slow_fault_needs_slow_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = _make(tmp_path, monkeypatch)
+    with pytest.raises(ConfigError, match="--slow needs virtual GPUs made with --slow-steps; ") as raised:
+        inject(made.directory, 0, slow_factor=2.0)
+    assert "\n" not in str(raised.value)
+    with st.locked(made.state_path) as state:
+        assert state.gpus[0].slow_factor == 1.0
+
+
 def test_without_slow_steps_there_is_no_time_factor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _make(tmp_path, monkeypatch, gpu="A40")
     (gpu,) = open_nvml_gpus()

@@ -3,7 +3,7 @@
 ``create`` compiles dtpo's stand-in for ``libnvidia-ml.so.1`` with the system's C compiler and writes the
 virtual GPUs' state; every dtpo command run with ``DTPO_VIRTUAL_GPUS=<dir>`` (and any NVML program run with
 ``LD_LIBRARY_PATH=<dir>``) then sees them through nvidia-ml-py, unmodified. ``show`` lists them as NVML
-reports them; ``fault`` makes one lost, or its energy counter wrap or jump back.
+reports them; ``fault`` makes one lost, a straggler, or its energy counter wrap or jump back.
 """
 
 from __future__ import annotations
@@ -77,13 +77,16 @@ def show_command(directory: DirArgument) -> None:
         gpus = open_nvml_gpus(env={})
     except DeviceError as exc:
         raise ConfigError(f"virtual GPUs in {directory} do not answer: {exc}") from None
+    with locked(directory / STATE_FILE) as shared:  # straggler faults (--slow), noted beside the GPU's name
+        slow = {i: shared.gpus[i].slow_factor for i in range(shared.count) if shared.gpus[i].slow_factor > 1.0}
     for device in gpus:
         try:
             state = device.knob_state()
             power = device.power_w()
             clock = device.sm_clock_mhz()
             counter = device.counter_mj()
-            table.add_row(str(device.index), device.info.name, f"{state.power_limit_w:g} W",
+            name = device.info.name + (f", slow x{slow[device.index]:.2f}" if device.index in slow else "")
+            table.add_row(str(device.index), name, f"{state.power_limit_w:g} W",
                           "-" if power is None else f"{power:.1f} W", "-" if clock is None else f"{clock:.0f} MHz",
                           "not supported" if counter is None else f"{counter:,} mJ")
         finally:
@@ -109,13 +112,22 @@ def fault_command(
                                                       help="Add this to its energy counter, modulo 2^64 (near "
                                                            "2^64: it wraps; negative: it goes backwards).",
                                                       show_default=False)] = None,
+    slow: Annotated[float | None, typer.Option("--slow", metavar="FACTOR",
+                                               help="Make it a straggler: each step takes FACTOR times as long "
+                                                    "(on top of its setting's slowdown; power stays the "
+                                                    "setting's). 1 clears it. Needs --slow-steps GPUs.",
+                                               show_default=False)] = None,
 ) -> None:
     """Inject a fault into one virtual GPU; every process sees it at its next NVML call."""
+    import math
+
     from dtpo.devices.virtual_nvml.make import inject
 
-    if lost is None and lose_after is None and energy_offset is None:
-        raise ConfigError("name a fault: --lost, --found, --lose-after READS or --energy-offset MJ")
+    if lost is None and lose_after is None and energy_offset is None and slow is None:
+        raise ConfigError("name a fault: --lost, --found, --lose-after READS, --energy-offset MJ or --slow FACTOR")
     if lose_after is not None and lose_after < 0:
         raise ConfigError(f"--lose-after must be 0 or more, got {lose_after}")
-    inject(directory, gpu, lost=lost, lose_after_reads=lose_after, energy_offset_mj=energy_offset)
+    if slow is not None and not (math.isfinite(slow) and slow >= 1.0):
+        raise ConfigError(f"--slow must be a finite factor of 1 or more (1: normal speed), got {slow:g}")
+    inject(directory, gpu, lost=lost, lose_after_reads=lose_after, energy_offset_mj=energy_offset, slow_factor=slow)
     print(f"virtual GPU {gpu} in {directory}: fault set")

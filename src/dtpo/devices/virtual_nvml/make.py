@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import os
 import shutil
 import subprocess
@@ -109,6 +110,7 @@ def _fill_gpu(gpu: st.GpuState, spec: PowerSpec, index: int, workload: str, util
         gpu.clock_time_factor[i] = point.time_per_sample_s / default_s
     gpu.idle_w = spec.idle_power_w
     gpu.utilization = utilization
+    gpu.slow_factor = 1.0  # no straggler fault
 
 
 def create(directory: str | Path, gpu: str = "A40", count: int = 1, workload: str = "resnet50",
@@ -162,7 +164,7 @@ def _check_layout(library: Path) -> None:
 
 
 def inject(directory: str | Path, index: int, *, lost: bool | None = None, lose_after_reads: int | None = None,
-           energy_offset_mj: int | None = None) -> None:
+           energy_offset_mj: int | None = None, slow_factor: float | None = None) -> None:
     """Inject a fault into virtual GPU ``index``, seen by every process at its next NVML call.
 
     Args:
@@ -172,15 +174,25 @@ def inject(directory: str | Path, index: int, *, lost: bool | None = None, lose_
         lose_after_reads: Lose it after this many more power or energy reads (all processes together).
         energy_offset_mj: Added to its energy counter, modulo 2**64 (a value near 2**64 makes it wrap, a jump
             below the last reading makes it go backwards).
+        slow_factor: Make it a persistent straggler (a throttled or older GPU): its step-time factor
+            (``dtpoVirtualGpuTimeFactor``) is multiplied by this, on top of the setting's own; 1 clears it. Its
+            power stays that of the setting. Needs GPUs made with ``slow_steps``.
 
     Raises:
-        ConfigError: No such GPU or directory.
+        ConfigError: No such GPU or directory, a slow factor that is not a finite number of 1 or more, or one
+            for GPUs made without slow steps.
     """
+    # the state holds a 32-bit float: a finite double beyond its range would be stored as infinity
+    if slow_factor is not None and not (math.isfinite(ctypes.c_float(slow_factor).value) and slow_factor >= 1.0):
+        raise ConfigError(f"the slow factor must be a finite number of 1 or more (1: normal speed), got {slow_factor}")
     path = Path(directory) / st.STATE_FILE
     try:
         with st.locked(path) as state:
             if not 0 <= index < state.count:
                 raise ConfigError(f"no virtual GPU {index} in {directory} (it has {state.count})")
+            if slow_factor is not None and not state.slow_steps:
+                raise ConfigError(f"--slow needs virtual GPUs made with --slow-steps; those in {directory} were not "
+                                  f"(make them again with `dtpo virtual-gpus create {directory} --slow-steps`)")
             gpu = state.gpus[index]
             if lost is not None:
                 gpu.lost = int(lost)
@@ -188,6 +200,8 @@ def inject(directory: str | Path, index: int, *, lost: bool | None = None, lose_
                 gpu.lose_after_reads = gpu.reads + int(lose_after_reads)
             if energy_offset_mj is not None:
                 gpu.energy_offset_mj = int(energy_offset_mj) % 2**64
+            if slow_factor is not None:
+                gpu.slow_factor = float(slow_factor)
     except (FileNotFoundError, ValueError) as exc:
         raise ConfigError(f"no virtual GPUs in {directory}: {exc}") from None
 

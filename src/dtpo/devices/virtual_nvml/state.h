@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #define VG_MAGIC 0x55504756u /* "VGPU" */
-#define VG_VERSION 2u
+#define VG_VERSION 3u
 #define VG_MAX_GPUS 16
 #define VG_MAX_CLOCKS 512
 #define VG_LIMIT_POINTS 64
@@ -38,6 +38,7 @@ typedef struct {
     uint32_t n_clocks;          /* supported SM clocks, ascending */
     float idle_w;               /* board power with nothing running */
     float utilization;          /* share of time busy, 0..1: power = idle + utilization * (busy - idle) */
+    float slow_factor;          /* a straggler fault: the time factor is multiplied by this (1 = normal) */
     float limit_w[VG_LIMIT_POINTS];         /* power limits, ascending */
     float limit_busy_w[VG_LIMIT_POINTS];    /* busy power under each limit, clocks floating */
     float limit_clock_mhz[VG_LIMIT_POINTS]; /* the SM clock it settles at */
@@ -45,7 +46,6 @@ typedef struct {
     float clock_busy_w[VG_MAX_CLOCKS];      /* busy power with clocks locked at each, no limit binding */
     float limit_time_factor[VG_LIMIT_POINTS];  /* time per sample under each limit / at the default setting */
     float clock_time_factor[VG_MAX_CLOCKS];    /* the same with clocks locked at each */
-    uint32_t pad;
     uint64_t energy_offset_mj;  /* added to the counter (modulo 2^64): faults (a counter that wraps or jumps) */
     double energy_mj;           /* energy since the state was made */
     int64_t updated_ns;         /* CLOCK_MONOTONIC of the last update of energy_mj */

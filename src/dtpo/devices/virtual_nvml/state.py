@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MAGIC = 0x55504756
-VERSION = 2
+VERSION = 3
 MAX_GPUS = 16
 MAX_CLOCKS = 512
 LIMIT_POINTS = 64
@@ -52,6 +52,7 @@ class GpuState(ctypes.Structure):
         ("n_clocks", ctypes.c_uint32),
         ("idle_w", ctypes.c_float),
         ("utilization", ctypes.c_float),
+        ("slow_factor", ctypes.c_float),
         ("limit_w", ctypes.c_float * LIMIT_POINTS),
         ("limit_busy_w", ctypes.c_float * LIMIT_POINTS),
         ("limit_clock_mhz", ctypes.c_float * LIMIT_POINTS),
@@ -59,7 +60,6 @@ class GpuState(ctypes.Structure):
         ("clock_busy_w", ctypes.c_float * MAX_CLOCKS),
         ("limit_time_factor", ctypes.c_float * LIMIT_POINTS),
         ("clock_time_factor", ctypes.c_float * MAX_CLOCKS),
-        ("pad", ctypes.c_uint32),
         ("energy_offset_mj", ctypes.c_uint64),
         ("energy_mj", ctypes.c_double),
         ("updated_ns", ctypes.c_int64),

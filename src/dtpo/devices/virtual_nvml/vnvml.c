@@ -578,14 +578,18 @@ nvmlReturn_t dtpoVirtualGpuDescribe(nvmlDevice_t device, char *out, unsigned int
     END("dtpoVirtualGpuDescribe", device, "-")
 }
 
-/* How much longer a step takes under the settings in force than at the default (the simulator's slowdown), for
- * dtpo to add to a CPU step as a labelled delay; NOT_SUPPORTED unless the GPUs were made with slow steps. */
+/* How much longer a step takes under the settings in force than at the default (the simulator's slowdown), times
+ * the GPU's straggler fault (slow_factor), for dtpo to add to a CPU step as a labelled delay; NOT_SUPPORTED unless
+ * the GPUs were made with slow steps. */
 nvmlReturn_t dtpoVirtualGpuTimeFactor(nvmlDevice_t device, double *factor) {
     BEGIN(device)
     double busy, clock;
     if (!g_state->slow_steps) ret = NVML_ERROR_NOT_SUPPORTED;
     else if (!factor) ret = NVML_ERROR_INVALID_ARGUMENT;
-    else settle_all(device, &busy, &clock, factor);
+    else {
+        settle_all(device, &busy, &clock, factor);
+        if (device->slow_factor > 1.0f) *factor *= device->slow_factor; /* false for NaN: never below normal */
+    }
     END("dtpoVirtualGpuTimeFactor", device, "-")
 }
 
