@@ -144,6 +144,8 @@ def test_a_user_sitecustomize_still_runs_and_its_error_is_its_own(tmp_path: Path
 @pytest.mark.parametrize(("argv", "env", "words"), [
     (["--tune", "precision"], {}, "change the script's numerics"),
     (["--tune", "fast"], {}, "--tune must be one of"),
+    (["--tune", "rebalance"], {}, "an unmodified script's loader cannot do"),
+    (["--tune", "stragglers,rebalance"], {}, "an unmodified script's loader cannot do"),
     (["--no-agent", "--tune", "power-limit"], {}, "--tune needs the agent"),
     (["--cost", "energy"], {}, "--cost and --knob-mode go with --tune"),
     (["--no-agent", "--metrics-addr", "9999"], {}, "--metrics-addr needs the agent"),

@@ -15,6 +15,7 @@ from dtpo.core.config import (
     LaunchConfig,
     RunConfig,
     SessionConfig,
+    TuneConfig,
     WorkloadConfig,
     config_fields,
     field_docs,
@@ -135,6 +136,16 @@ def test_replace_validates_again() -> None:
     ({"tune": {"knob": "compression"}, "launch": {"workers": 1}}, r"^--tune compression needs DDP on 2 or more"),
     ({"tune": {"knob": "grad-accum,compression"}, "session": {"strategy": "fsdp"}},
      r"^--tune compression needs DDP on 2 or more workers"),
+    ({"tune": {"knob": "rebalance"}, "launch": {"workers": 1}},
+     r"^--tune rebalance moves samples between ranks: it needs --workers 2 or more$"),
+    ({"tune": {"knob": "stragglers,rebalance"}, "launch": {"workers": 2}, "session": {"strategy": "fsdp"}},
+     r"^--tune rebalance,stragglers needs --strategy ddp: FSDP shards"),
+    ({"tune": {"knob": "rebalance"}, "launch": {"workers": 2}, "session": {"grad_accum": 2}},
+     r"^--tune rebalance .* cannot yet combine with --grad-accum 2"),
+    ({"tune": {"knob": "rebalance"}, "launch": {"workers": 2}, "workload": {"batch_size": 1}},
+     r"^--tune rebalance needs at least 2 samples per rank"),
+    ({"tune": {"knob": "rebalance,stragglers"}, "launch": {"workers": 2}, "knobs": {"power_limit_w": 200.0}},
+     r"^--tune rebalance,stragglers chooses the GPU settings itself"),
 ])
 def test_rules_across_sections_hold_for_every_way_in(sections: dict, message: str) -> None:
     """The same one-line error from the tree, a file's dict and a replace (what Session and dtpo train build)."""
@@ -152,6 +163,21 @@ def test_rules_across_sections_hold_for_every_way_in(sections: dict, message: st
     {"tune": {"knob": "precision", "cost": "time"}, "energy": {"enabled": False}},  # time needs no energy
     {"tune": {"knob": "grad-accum"}, "launch": {"workers": 1}},  # accumulation works on one worker
     {"knobs": {"power_limit_w": 200.0}, "tune": {"knob": "precision"}},  # fixed GPU knobs, tuned job knobs
+    {"knobs": {"power_limit_w": 200.0}, "tune": {"knob": "rebalance"}, "launch": {"workers": 2}},  # moves samples
 ])
 def test_consistent_sections_pass(sections: dict) -> None:
     assert RunConfig.from_dict(sections).to_dict() == RunConfig().replace(**sections).to_dict()
+
+
+def test_rebalance_and_stragglers_are_one_tuner_in_either_order() -> None:
+    for knob in ("rebalance,stragglers", "stragglers, rebalance"):
+        tune = RunConfig.from_dict({"tune": {"knob": knob}, "launch": {"workers": 2}}).tune
+        assert tune.knob == "rebalance,stragglers" and tune.rebalance and tune.stragglers
+        assert tune.job_knobs == ()
+    with pytest.raises(ConfigError, match=r"^tune.knob cannot combine rebalance with job knobs yet"):
+        TuneConfig(knob="rebalance,precision")
+    with pytest.raises(ConfigError, match=r"^tune.rebalance_max_share must be at least 1 .*--rebalance-max-share"):
+        TuneConfig(knob="rebalance", rebalance_max_share=0.5)
+    alone = TuneConfig(knob="rebalance")
+    assert alone.rebalance and not alone.stragglers
+    assert TuneConfig(knob="stragglers").stragglers and not TuneConfig(knob="stragglers").rebalance

@@ -143,3 +143,34 @@ def test_compression_switched_between_steps_applies_from_the_next_step(tmp_path:
     run_ranks(_switch_compression, 2, str(tmp_path))
     record = dtpo.core.record.RunRecord.load(tmp_path)
     assert record.ranks[0].switches == [{"step": 2, "setting": "compression", "value": "fp16"}]
+
+
+def _uneven_step(rank: int, world_size: int, shares: list[int], out: str) -> None:
+    """One optimizer step of DDP where each rank trains on its share of the global batch (--tune rebalance)."""
+    from dtpo.core.config import LaunchConfig, RunConfig, SessionConfig, TuneConfig
+
+    config = RunConfig(session=SessionConfig(warmup_steps=0, count_flops=False), launch=LaunchConfig(workers=2),
+                       tune=TuneConfig(knob="rebalance"))
+    session = dtpo.Session(run_config=config, progress=False, run_dir=Path(out) / "uneven")
+    assert session.batch_shares is not None
+    session.batch_shares.set(shares)
+    model = session.wrap(make_model())
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    for xb, yb in session.batches([global_batch(world_size, 2)], steps=1):
+        assert len(xb) == shares[rank]
+        session.backward(F.cross_entropy(model(xb), yb))
+        session.step(opt)
+    torch.save([p.detach().clone() for p in model.parameters()], Path(out) / f"uneven_rank{rank}.pt")
+    session.finish()
+
+
+@pytest.mark.slow
+def test_an_uneven_step_updates_the_model_as_the_even_step_does(tmp_path: Path) -> None:
+    """Shares of 3 and 13 samples of one global batch of 16, each rank's loss weighted by its share: the update
+    is the one-process step on the whole batch (what the even split gives too), to float rounding."""
+    run_ranks(_uneven_step, 2, [3, 13], str(tmp_path))
+    expected = reference_step(2, 2)
+    for rank in range(2):
+        got = torch.load(tmp_path / f"uneven_rank{rank}.pt")
+        for g, e in zip(got, expected, strict=True):
+            assert torch.allclose(g, e, atol=1e-6, rtol=0), (rank, (g - e).abs().max())

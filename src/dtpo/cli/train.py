@@ -117,7 +117,7 @@ def check_framework(config: RunConfig) -> RunConfig:
         if value != default:
             raise ConfigError(f"{flag_name} {value} needs dtpo.Session, which trains the PyTorch workloads: drop it "
                               f"with --framework {framework}")
-    if config.tune.job_knobs or config.tune.knob == "stragglers":
+    if config.tune.job_knobs or config.tune.stragglers or config.tune.rebalance:
         raise ConfigError(f"--tune {config.tune.knob} needs dtpo.Session, which trains the PyTorch workloads; "
                           f"with --framework {framework} dtpo tunes the GPU knobs (power-limit, sm-clock)")
     return config.replace(workload={"name": "mlp"})
@@ -136,7 +136,7 @@ def check_tuning(config: RunConfig) -> None:
 
     tune = config.tune
     parse_cost(tune.cost)
-    if tune.knob is None:
+    if tune.knob is None or tune.knob == "rebalance":  # rebalancing moves samples, not GPU settings
         return
     if tune.job_knobs:
         check_job_tuning(config)
@@ -150,7 +150,7 @@ def check_tuning(config: RunConfig) -> None:
     for gpu in gpus:
         gpu.close()
     if not gpus:
-        example = ("--gpus 16 --straggler 3:1.2 --tune stragglers" if tune.knob == "stragglers"
+        example = (f"--gpus 16 --straggler 3:1.2 --tune {tune.knob}" if tune.stragglers
                    else f"--tune {tune.knob} --cost {tune.cost}")
         raise ConfigError(f"--tune {tune.knob} needs an NVIDIA GPU and this machine has none usable ({why}); "
                           f"`dtpo simulate {example}` runs the same tuner on simulated GPUs")

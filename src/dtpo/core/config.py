@@ -46,7 +46,9 @@ COMPRESSIONS: tuple[str, ...] = ("none", "fp16", "bf16", "powersgd")
 KNOB_MODES: tuple[str, ...] = ("apply", "dry-run", "observe")
 BACKENDS: tuple[str, ...] = ("gloo", "nccl")
 TUNE_KNOBS: tuple[str, ...] = ("power-limit", "sm-clock", "both")  # the GPU knobs the power tuner searches
-TUNE_CHOICES: tuple[str, ...] = (*TUNE_KNOBS, "stragglers")  # stragglers: each waiting rank slows its own GPU
+REBALANCE_BOTH = "rebalance,stragglers"  # uneven batches for what persists, slower clocks for the rest
+# stragglers: each waiting rank slows its own GPU; rebalance: each rank's share of the global batch follows its speed
+TUNE_CHOICES: tuple[str, ...] = (*TUNE_KNOBS, "stragglers", "rebalance", REBALANCE_BOTH)
 JOB_KNOBS: tuple[str, ...] = ("precision", "grad-accum", "compression")  # job knobs, tuned in this order
 
 MAX_STEPS = 10**9
@@ -191,8 +193,9 @@ class TuneConfig(Section):
 
     knob: str | None = field(default=None, metadata=flag("--tune"))
     """Tune while training: power-limit, sm-clock or both (toward --cost); stragglers (ranks that only wait
-    for the slowest one lock their own SM clock lower); or job knobs, comma-separated: precision, grad-accum,
-    compression (toward --cost, numerics guarded); default: no tuning."""
+    for the slowest one lock their own SM clock lower); rebalance (each rank's share of the global batch follows
+    its speed, for stragglers that persist), or rebalance,stragglers (both); or job knobs, comma-separated:
+    precision, grad-accum, compression (toward --cost, numerics guarded); default: no tuning."""
     cost: str = field(default="zeus:0.5", metadata=flag("--cost"))
     """What the tuner minimises: energy, time, zeus:ETA, slowdown:FACTOR or dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR."""
     step_w: float = field(default=25.0, metadata=flag("--tune-step"))
@@ -207,9 +210,23 @@ class TuneConfig(Section):
     guard_cosine: float = field(default=0.8, metadata=flag("--guard-cosine"))
     """Convergence guard: a precision or compression is accepted only when its gradient on a probe batch has at
     least this cosine similarity with the exact float32 gradient (error feedback averaged over a few probes)."""
+    rebalance_max_share: float = field(default=1.5, metadata=flag("--rebalance-max-share"))
+    """--tune rebalance: a rank takes at most this many times the even share of the global batch (its memory
+    headroom: a fast rank's batch grows by up to this factor)."""
     guard_loss_rise: float = field(default=0.05, metadata=flag("--guard-loss-rise"))
     """Convergence guard: a setting that changes numerics is rejected when the loss over its profiling steps
     rises by more than this fraction above the loss just before it (beyond the loss's own noise)."""
+
+    @property
+    def stragglers(self) -> bool:
+        """Whether ranks that only wait lock their own clock lower (``stragglers``, alone or with ``rebalance``)."""
+        return self.knob in ("stragglers", REBALANCE_BOTH)
+
+    @property
+    def rebalance(self) -> bool:
+        """Whether each rank's share of the global batch follows its speed (``rebalance``, alone or with
+        ``stragglers``)."""
+        return self.knob in ("rebalance", REBALANCE_BOTH)
 
     @property
     def job_knobs(self) -> tuple[str, ...]:
@@ -219,6 +236,9 @@ class TuneConfig(Section):
         return tuple(n for n in JOB_KNOBS if n in {part.strip() for part in self.knob.split(",")})
 
     def __post_init__(self) -> None:
+        if isinstance(self.knob, str) and {part.strip() for part in self.knob.split(",")} == {"rebalance",
+                                                                                             "stragglers"}:
+            self.knob = REBALANCE_BOTH  # either order, one name
         if self.knob is not None and self.knob not in TUNE_CHOICES:
             self._check_type("knob", str, False)
             names = [part.strip() for part in self.knob.split(",")]
@@ -237,6 +257,10 @@ class TuneConfig(Section):
                                                    "knob list)")
         self._float("guard_cosine", positive=True, maximum=1.0)
         self._float("guard_loss_rise", positive=True, maximum=10.0)
+        self._float("rebalance_max_share", positive=True, maximum=64.0)
+        if self.rebalance_max_share < 1.0:
+            raise self._fail("rebalance_max_share", f"must be at least 1 (the even share), got "
+                                                    f"{self.rebalance_max_share:g}")
         self._check_type("cost", str, False)
         if not self.cost.strip():
             raise self._fail("cost", "must name a cost metric, got an empty string")
@@ -454,11 +478,28 @@ class RunConfig(Tree):
                 raise ConfigError("--tune compression needs DDP on 2 or more workers (--workers 2 --strategy "
                                   "ddp): gradients are compressed in DDP's all-reduce")
             return
-        if self.knobs.requested:
+        if tune.rebalance:
+            self._check_rebalance()
+        if self.knobs.requested and tune.knob != "rebalance":
             raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock")
-        if tune.knob == "stragglers" and self.launch.workers < 2:
-            raise ConfigError("--tune stragglers slows down ranks that wait for others: it needs --workers 2 or "
+        if tune.stragglers and self.launch.workers < 2:
+            raise ConfigError(f"--tune {tune.knob} slows down ranks that wait for others: it needs --workers 2 or "
                               "more")
+
+    def _check_rebalance(self) -> None:
+        """What ``--tune rebalance`` needs, known before launch."""
+        knob = self.tune.knob
+        if self.launch.workers < 2:
+            raise ConfigError(f"--tune {knob} moves samples between ranks: it needs --workers 2 or more")
+        if self.session.strategy != "ddp":
+            raise ConfigError(f"--tune {knob} needs --strategy ddp: FSDP shards the model over equal batches, so "
+                              "the shares cannot change")
+        if self.session.grad_accum != 1:
+            raise ConfigError(f"--tune {knob} cuts each step's batch into per-rank shares and cannot yet combine "
+                              f"with --grad-accum {self.session.grad_accum}: drop --grad-accum")
+        batch = self.workload.batch_size
+        if batch is not None and batch < 2:
+            raise ConfigError(f"--tune {knob} needs at least 2 samples per rank to move (--batch-size {batch})")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the tree as JSON (atomically, with the umask's permissions)."""

@@ -62,6 +62,11 @@ class SlackSection:
         mode: Straggler tuning's knob mode (``None`` without straggler tuning, and left out of the file).
         clock_changes: Straggler tuning's clock locks on this rank, in order (each ``step``, ``clock_mhz``, ...).
         tuned: Whether straggler tuning ran on this rank to the end.
+        shares: With ``--tune rebalance``: every rank's samples per step at the end (the same on every rank).
+        initial_shares: Every rank's samples per step at the start (the even split of the global batch).
+        share_changes: The rebalancer's changes, in order (each ``window``, ``step`` (the first step with the new
+            shares), ``shares``, ``gain`` (the predicted share of step time saved), ``slow_ranks``).
+        recommendations: One-line recommendations to restart without a rank that stays far slower than the rest.
     """
 
     kind: ClassVar[str] = "slack"
@@ -74,11 +79,17 @@ class SlackSection:
     mode: str | None = None
     clock_changes: list[dict[str, Any]] | None = None
     tuned: bool | None = None
+    shares: list[int] | None = None
+    initial_shares: list[int] | None = None
+    share_changes: list[dict[str, Any]] | None = None
+    recommendations: list[str] | None = None
 
-    _STRAGGLERS: ClassVar[tuple[str, ...]] = ("mode", "clock_changes", "tuned")
+    _STRAGGLERS: ClassVar[tuple[str, ...]] = ("mode", "clock_changes", "tuned", "shares", "initial_shares",
+                                              "share_changes", "recommendations")
 
     def to_dict(self) -> dict[str, Any]:
-        """The section as written in ``record.json`` (straggler tuning's keys only where it ran)."""
+        """The section as written in ``record.json`` (straggler tuning's and rebalancing's keys only where they
+        ran)."""
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if f.name not in self._STRAGGLERS or getattr(self, f.name) is not None}
 

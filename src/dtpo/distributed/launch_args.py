@@ -141,6 +141,10 @@ def _validate_tuning(args: argparse.Namespace) -> None:
         raise LaunchError(f"--tune {knob}: the job knobs ({', '.join(JOB_KNOBS)}) change the script's numerics, "
                           "so only a script written with dtpo.Session can tune them; an unmodified script tunes "
                           f"{', '.join(TUNE_KNOBS)} or stragglers")
+    if "rebalance" in parts:
+        raise LaunchError(f"--tune {knob}: rebalancing cuts each step's global batch into per-rank shares, which an "
+                          "unmodified script's loader cannot do; use dtpo train, or dtpo.Session handing "
+                          "session.batches() the global batch (an unmodified script tunes stragglers)")
     if knob not in (*TUNE_KNOBS, "stragglers"):
         raise LaunchError(f"--tune must be one of {', '.join((*TUNE_KNOBS, 'stragglers'))}, got {knob!r}")
 

@@ -66,6 +66,7 @@ from dtpo.session.loop.precision import Precision
 from dtpo.session.loop.probe import ProbeRequest
 from dtpo.session.loop.probe_steps import ProbeSteps
 from dtpo.session.loop.rebatch import cut_batch, join_batches
+from dtpo.session.loop.shares import BatchShares
 from dtpo.session.loop.slowdown import ComputeSlowdown
 from dtpo.session.loop.switches import Switch, Switches
 from dtpo.session.loop.timer import StepTimer
@@ -158,6 +159,8 @@ class Session(StreamProducer):
         self._probes = ProbeSteps(self._switches)
         # virtual GPUs with slow steps: a labelled wait inside compute (set by their callback, CPU clock only)
         self.compute_slowdown: ComputeSlowdown | None = None
+        # --tune rebalance: batches() gets the global batch and hands this rank its share (set by the rebalancer)
+        self.batch_shares = BatchShares(self.ctx.rank, self.ctx.world_size) if run_config.tune.rebalance else None
         self.start_step = 0  # the step this attempt started at: more than 0 after resuming from a checkpoint
         self.checkpoints = Checkpoints(run_config.checkpoint, self.ctx, self.run_dir, record.attempt)
 
@@ -335,6 +338,9 @@ class Session(StreamProducer):
         still counts from the start of training, and the iterable is moved to the saved position (replayed, or
         through its own ``load_state_dict``).
 
+        Under ``--tune rebalance`` (:attr:`batch_shares`) the iterable yields each step's *global* batch, the same
+        on every rank, and this rank gets its share of it (:mod:`dtpo.session.loop.shares`).
+
         Args:
             iterable: A DataLoader or any iterable of batches (tensors, tuples, dicts of tensors).
             steps: Optimizer steps to run; ``None`` runs until the iterable ends.
@@ -388,6 +394,8 @@ class Session(StreamProducer):
             self.compute_slowdown.wait(self.timer.batch_ready)
         try:
             scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
+            if self.batch_shares is not None:
+                scaled = scaled * self.batch_shares.loss_weight  # DDP's mean over ranks: the global batch's mean
             self.precision.backward(scaled)
         finally:
             self._exit_micro_step()
@@ -461,6 +469,8 @@ class Session(StreamProducer):
 
     def _next_micro_batch(self, iterator: Iterator[Any]) -> Any:
         """The next micro-batch: the loader's own, or one re-cut from the step's loader batches."""
+        if self.batch_shares is not None:
+            return self.batch_shares.take(next(iterator))
         loader_batches = self._switches.loader_batches
         if self.grad_accum == loader_batches:
             return next(iterator)

@@ -302,6 +302,13 @@ class StragglerSlowdown:
         ready = fleet.get(w.clock_mhz, _pooled_mean(mine[w.clock_mhz]))
         return RankWindow(ready, w.clock_mhz, w.locked, spread, w.energy_j, w.steps)
 
+    def free_ready_s(self, window: Sequence[RankWindow]) -> list[float]:
+        """Each rank's ready time over ``window`` as it would be at its free clock (measured where it ran free, else
+        through the fleet's curve of the last decision, else ``time ~ 1 / clock``): what a rank's speed is apart
+        from the lock this policy gave it (the batch rebalancer, :mod:`dtpo.tune.rebalance`, reads speeds so)."""
+        return [self._free_ready(rank, w, self._curve.predict(rank, w.clock_mhz, self.fleet_ranks))
+                for rank, w in enumerate(window)]
+
     def _free_ready(self, rank: int, w: RankWindow, fleet: dict[float, float]) -> float:
         """The rank's ready time at the clock it runs at when free: measured if it runs free, else from the fleet's
         curve (``fleet``) where that links its clock to its free one, else ``time ~ 1 / clock`` (the fastest it can

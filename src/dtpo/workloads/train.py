@@ -54,7 +54,10 @@ def train(config: RunConfig, callbacks: Sequence[Callback] = ()) -> None:
         model = session.wrap(workload.build_model())
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
         session.attach(optimizer)  # saved in checkpoints (--checkpoint-every), restored on --resume or a restart
-        data = workload.batches(batch_size, session.rank, session.world_size, seed=config.workload.seed)
+        if session.batch_shares is not None:  # --tune rebalance: every rank draws the global batch, takes its share
+            data = workload.batches(batch_size * session.world_size, 0, 1, seed=config.workload.seed)
+        else:
+            data = workload.batches(batch_size, session.rank, session.world_size, seed=config.workload.seed)
         for inputs, targets in session.batches(data, steps=steps):
             loss = workload.loss(model(inputs), targets)
             session.backward(loss)

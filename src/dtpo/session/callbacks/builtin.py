@@ -21,6 +21,7 @@ from dtpo.session.callbacks.slowdown import NOTE, SlowdownCallback, slowed_gpu
 from dtpo.session.tuning.gpu_knobs import KnobCallback, rank_gpus
 from dtpo.session.tuning.job_knobs import JobTuneCallback
 from dtpo.session.tuning.power import TuneCallback
+from dtpo.session.tuning.rebalance import RebalanceCallback
 from dtpo.session.tuning.stragglers import StragglerCallback
 from dtpo.telemetry.artifacts import write_artifacts
 from dtpo.telemetry.progress import StepProgress
@@ -66,7 +67,10 @@ def builtin_callbacks(config: RunConfig, ctx: DistContext, progress: bool,
         out.append(KnobCallback(config.knobs, rank_gpus(energy_devices, ctx.local_rank, cuda)))
     if config.tune.job_knobs:
         out.append(JobTuneCallback(config.tune))
-    elif config.tune.knob == "stragglers":
+    elif config.tune.rebalance:
+        out.append(RebalanceCallback(config.knobs.mode, rank_gpus(energy_devices, ctx.local_rank, cuda),
+                                     clocks=config.tune.stragglers, max_share=config.tune.rebalance_max_share))
+    elif config.tune.stragglers:
         out.append(StragglerCallback(config.knobs.mode, rank_gpus(energy_devices, ctx.local_rank, cuda)))
     elif config.tune.knob is not None:
         out.append(TuneCallback(config.tune, config.knobs.mode, rank_gpus(energy_devices, ctx.local_rank, cuda),

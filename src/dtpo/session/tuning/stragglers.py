@@ -90,17 +90,22 @@ class StragglerCallback(SlackCallback):
         """Decide every rank's lock from the shared window; apply this rank's."""
         if self.policy is None or self.controller is None:
             return
-        top = self.policy.clocks_mhz[-1]
-        window = [RankWindow(slack.ready_s[r], slack.clock_mhz[r] if math.isfinite(slack.clock_mhz[r]) else top,
-                             slack.locked[r], slack.spread[r],
-                             slack.energy_j[r] if math.isfinite(slack.energy_j[r]) else None, slack.steps,
-                             slack.holdout_s[r] if slack.holdout_s else None)
-                  for r in range(len(slack.ready_s))]
-        wanted = self.policy.decide(window)[session.rank]
+        wanted = self.policy.decide(self.rank_windows(slack))[session.rank]
         if wanted == self.lock or not self._set_lock(wanted):
             return
         self.changes.append({"window": slack.index, "step": slack.first_step + slack.steps,
                              "clock_mhz": wanted, "critical_rank": slack.critical_rank})
+
+    def rank_windows(self, slack: SlackWindow) -> list[RankWindow]:
+        """The shared window as the clock policy reads it, one :class:`RankWindow` per rank (a clock not reported
+        counts as the top one)."""
+        assert self.policy is not None
+        top = self.policy.clocks_mhz[-1]
+        return [RankWindow(slack.ready_s[r], slack.clock_mhz[r] if math.isfinite(slack.clock_mhz[r]) else top,
+                           slack.locked[r], slack.spread[r],
+                           slack.energy_j[r] if math.isfinite(slack.energy_j[r]) else None, slack.steps,
+                           slack.holdout_s[r] if slack.holdout_s else None)
+                for r in range(len(slack.ready_s))]
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps (:mod:`dtpo.session.checkpoint`): the policy's memory, this rank's lock and its
