@@ -62,6 +62,13 @@ bench-zeus: $(STAMP)
 bench-stragglers: $(STAMP)
 	$(BIN)/python benchmarks/straggler_dvfs.py
 
+# Uneven per-rank batches for stragglers on simulated jobs (8, 16, 64 GPUs): throughput against the ideal (the sum of
+# the ranks' speeds), against per-rank DVFS and with both; energy per sample; then real 2-rank gloo runs with one
+# virtual GPU slowed (--real-pairs 0 skips them); exit 1 on a missed goal.
+.PHONY: bench-rebalance
+bench-rebalance: $(STAMP)
+	$(BIN)/python benchmarks/rebalance.py
+
 # Step time with the Prometheus exporter, run store and traces on against off (paired, A/A control); exit 1 above 1.01.
 bench-telemetry: $(STAMP)
 	$(BIN)/python benchmarks/telemetry_overhead.py

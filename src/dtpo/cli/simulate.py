@@ -21,7 +21,11 @@ the catalogue whose power-limit range is the file's lowest to highest limit, sai
 
 ``stragglers`` runs a job whose ``--straggler`` ranks (``RANK:FACTOR[,RANK:FACTOR...]``, ``static``,
 ``drifting`` or ``intermittent`` by ``--straggler-pattern``, switching every ``--period`` steps) are slower, without
-and with per-rank slowdown of the ranks that only wait for them. The other modes simulate one straggler at most.
+and with per-rank slowdown of the ranks that only wait for them. ``--tune rebalance`` (spelled with flags only:
+``--straggler RANK:FACTOR --tune rebalance``, or ``rebalance,stragglers`` for both) runs the same job without and with
+uneven per-rank batches that follow each rank's speed (with per-rank slowdown of what still waits), and prints the
+throughput against no tuning and against the ideal, and each rank's share over the job. The other modes simulate one
+straggler at most.
 
 Every simulation writes its result (the JSON ``--json`` writes) into a run directory of its own,
 ``runs/simulate-<run id>/simulate.json`` (``--run-dir`` names another), and registers it in the run store
@@ -59,6 +63,7 @@ from dtpo.core.simulate_config import (
     DEFAULT_WORKLOAD,
     STRAGGLER_TUNE,
     SimulateConfig,
+    rebalance_knob,
 )
 from dtpo.devices.physics.gpu_model import known_workloads
 from dtpo.devices.physics.power_specs import POWER_SPECS, PowerSpec, find_power_spec
@@ -165,7 +170,7 @@ def simulate(config: SimulateConfig, *, gpu_named: bool = True) -> None:
         return
     check_result_target("simulate", config.output.run_dir, config.output.store)
     started_at = now_iso()
-    if config.mode == "stragglers":
+    if config.mode in ("stragglers", "rebalance"):
         result = simulate_straggler_job(console, config)
     else:
         run = simulate_tuning if config.mode == "tune" else simulate_settings
@@ -206,7 +211,8 @@ def list_models(console: Console, config: SimulateConfig, *, gpu_named: bool = T
 
 
 def simulate_straggler_job(console: Console, config: SimulateConfig) -> dict[str, object]:
-    """``--tune stragglers``: the job without and with per-rank slowdown (see :mod:`dtpo.cli.simulate_stragglers`)."""
+    """``--tune stragglers``: the job without and with per-rank slowdown; ``--tune rebalance[,stragglers]``: without
+    and with uneven per-rank batches (and per-rank slowdown) (see :mod:`dtpo.cli.simulate_stragglers`)."""
     job, stragglers = config.job, config.stragglers
     straggler_job = JobConfig(
         gpu=job.gpu, workload=DEFAULT_WORKLOAD if job.workload is None else job.workload, gpus=job.gpus,
@@ -214,7 +220,10 @@ def simulate_straggler_job(console: Console, config: SimulateConfig) -> dict[str
         pattern=DEFAULT_PATTERN if stragglers.pattern is None else stragglers.pattern,
         period_steps=DEFAULT_PERIOD_STEPS if stragglers.period is None else stragglers.period, noise=job.noise,
         seed=job.seed, batch_size=job.batch_size, counter_period_s=0.0)
-    return _simulate_stragglers(console, straggler_job, config.output.json)
+    with_clocks = rebalance_knob(config.tune.knob)
+    if with_clocks is None:
+        return _simulate_stragglers(console, straggler_job, config.output.json)
+    return _simulate_stragglers(console, straggler_job, config.output.json, clocks=with_clocks, rebalance=True)
 
 
 def _job_config(config: SimulateConfig, gpu_named: bool = True) -> tuple[JobConfig, str | None]:
@@ -352,15 +361,18 @@ def _list_traces(console: Console, config: SimulateConfig, gpu_named: bool) -> N
         console.print(f"  {describe_trace(item)}", highlight=False, markup=False)
 
 
-def _simulate_stragglers(console: Console, job: JobConfig, json_out: Path | None) -> dict[str, object]:
-    """``--tune stragglers``: the job without and with per-rank slowdown, printed (and written to ``json_out``);
-    returns the result as JSON values."""
-    simulate_stragglers.check_job(job)
+def _simulate_stragglers(console: Console, job: JobConfig, json_out: Path | None, *, clocks: bool = True,
+                         rebalance: bool = False) -> dict[str, object]:
+    """``--tune stragglers`` (or ``rebalance[,stragglers]``): the job without and with per-rank slowdown (or uneven
+    per-rank batches, with per-rank slowdown where ``clocks``), printed (and written to ``json_out``); returns the
+    result as JSON values."""
+    simulate_stragglers.check_job(job, simulate_stragglers.tuning_name(clocks, rebalance))
     if json_out is not None:
         check_json_path(json_out)
     with progress_bar(2 * job.steps, job.gpus, simulate_stragglers.PROGRESS_GPU_STEPS) as progress:
-        run = simulate_stragglers.run_stragglers(job, progress)
-    data = {"schema": SIMULATE_SCHEMA, **simulate_stragglers.print_stragglers(console, run)}
+        run = simulate_stragglers.run_stragglers(job, progress, clocks=clocks, rebalance=rebalance)
+    printed = (simulate_stragglers.print_rebalance if rebalance else simulate_stragglers.print_stragglers)(console, run)
+    data = {"schema": SIMULATE_SCHEMA, **printed}
     if json_out is not None:
         _write_json(json_out, data)
         console.print(f"results written to {json_out}")

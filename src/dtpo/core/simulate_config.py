@@ -11,10 +11,10 @@ on it, its stragglers, and where the result goes.
       output      SimOutputConfig      JSON, run directory, run store; or only list the models
 
 The tree says which of the command's modes it asks for (:attr:`SimulateConfig.mode`: one setting, a sweep,
-the tuner, per-rank straggler slowdown, or the list of models) and checks, in one line naming the flags, what
-the values must agree on for that mode. The limits of the simulated job itself (GPUs, steps, the GPU model's
-range, a straggler pattern's name) are checked by the job, which knows them; the documentation of the fields
-names them as ``{PLACEHOLDERS}`` the command fills in.
+the tuner, per-rank straggler slowdown, uneven per-rank batches with or without it, or the list of models) and
+checks, in one line naming the flags, what the values must agree on for that mode. The limits of the simulated
+job itself (GPUs, steps, the GPU model's range, a straggler pattern's name) are checked by the job, which knows
+them; the documentation of the fields names them as ``{PLACEHOLDERS}`` the command fills in.
 """
 
 from __future__ import annotations
@@ -29,18 +29,19 @@ from dtpo.core.config_section import Section, Tree, flag
 from dtpo.core.errors import ConfigError
 
 __all__ = ["MODEL_CHOICES", "SIM_SWEEPS", "SimJobConfig", "SimKnobConfig", "SimOutputConfig", "SimStragglerConfig",
-           "SimTuneConfig", "SimulateConfig", "parse_stragglers"]
+           "SimTuneConfig", "SimulateConfig", "parse_stragglers", "rebalance_knob"]
 
 MODEL_CHOICES: tuple[str, ...] = ("auto", "calibrated", "parametric")
 SIM_SWEEPS: tuple[str, ...] = ("power-limit", "sm-clock")  # the knobs a simulation sweeps
 STRAGGLER_TUNE = "stragglers"  # --tune stragglers: per-rank slowdown, simulate only (not a TUNE_KNOBS value)
+REBALANCE_TUNE = "rebalance"  # --tune rebalance[,stragglers]: uneven per-rank batches (with per-rank slowdown)
 DEFAULT_WORKLOAD = "resnet50"
 DEFAULT_COST = "zeus:0.5"
 DEFAULT_TUNE_STEP_W = 25.0
 DEFAULT_COUNTER_PERIOD_S = 0.1
 DEFAULT_PATTERN = "static"
 DEFAULT_PERIOD_STEPS = 500
-MODES: tuple[str, ...] = ("list", "stragglers", "tune", "sweep", "setting")
+MODES: tuple[str, ...] = ("list", "stragglers", "rebalance", "tune", "sweep", "setting")
 
 
 def _finite(flag_name: str, value: float | None) -> None:
@@ -125,7 +126,8 @@ class SimTuneConfig(Section):
 
     knob: str | None = field(default=None, metadata=flag("--tune"))
     """Run dtpo's tuner on the simulated job: power-limit, sm-clock or both (see --cost); or stragglers: slow down
-    the ranks that only wait for the --straggler ranks."""
+    the ranks that only wait for the --straggler ranks; or rebalance: give each rank a share of the global batch
+    that follows its speed (rebalance,stragglers: and slow down what still waits)."""
     cost: str | None = field(default=None, metadata=flag("--cost"))
     """What --tune minimises: energy, time, zeus:ETA, slowdown:FACTOR or dollars:PRICE_PER_KWH,PRICE_PER_GPU_HOUR
     (default {DEFAULT_COST})."""
@@ -145,13 +147,13 @@ class SimStragglerConfig(Section):
     SECTION: ClassVar[str] = "stragglers"
 
     straggler: str | None = field(default=None, metadata=flag("--straggler"))
-    """RANK:FACTOR, one GPU that much slower; with --tune stragglers a comma-separated list of them."""
+    """RANK:FACTOR, one GPU that much slower; with --tune stragglers or rebalance a comma-separated list of them."""
     pattern: str | None = field(default=None, metadata=flag("--straggler-pattern"))
-    """With --tune stragglers: {PATTERNS} (default {DEFAULT_PATTERN}): the slow ranks stay, move on to the next
-    rank every --period steps, or are slow for --period steps and then not."""
+    """With --tune stragglers or rebalance: {PATTERNS} (default {DEFAULT_PATTERN}): the slow ranks stay, move on to
+    the next rank every --period steps, or are slow for --period steps and then not."""
     period: int | None = field(default=None, metadata=flag("--period"))
-    """With --tune stragglers: steps between a drifting straggler's moves or an intermittent one's switches
-    (default {DEFAULT_PERIOD_STEPS})."""
+    """With --tune stragglers or rebalance: steps between a drifting straggler's moves or an intermittent one's
+    switches (default {DEFAULT_PERIOD_STEPS})."""
 
     def __post_init__(self) -> None:
         self._check_type("straggler", str, True)
@@ -207,12 +209,15 @@ class SimulateConfig(Tree):
 
     @property
     def mode(self) -> str:
-        """What is simulated: ``list`` (only the models), ``stragglers`` (per-rank slowdown), ``tune`` (the
+        """What is simulated: ``list`` (only the models), ``stragglers`` (per-rank slowdown), ``rebalance``
+        (uneven per-rank batches, with per-rank slowdown or without: :func:`rebalance_knob`), ``tune`` (the
         power tuner), ``sweep`` (a knob over its settings) or ``setting`` (one setting against the default)."""
         if self.output.list:
             return "list"
         if self.tune.knob == STRAGGLER_TUNE:
             return "stragglers"
+        if rebalance_knob(self.tune.knob) is not None:
+            return "rebalance"
         if self.tune.knob is not None:
             return "tune"
         return "sweep" if self.knobs.sweep is not None else "setting"
@@ -233,16 +238,19 @@ class SimulateConfig(Tree):
         for flag_name, value in (("--power-limit", knobs.power_limit_w), ("--noise", job.noise),
                                  ("--counter-period", job.counter_period)):
             _finite(flag_name, value)
-        if self.mode == "stragglers":
+        if self.mode in ("stragglers", "rebalance"):
             self._check_stragglers()
             return
         if self.stragglers.pattern is not None or self.stragglers.period is not None:
             raise ConfigError(f"--straggler-pattern and --period apply only to --tune {STRAGGLER_TUNE}")
         if tune.knob is not None:
+            if REBALANCE_TUNE in tune.knob.split(","):
+                raise ConfigError(f"--tune {REBALANCE_TUNE} combines only with {STRAGGLER_TUNE} "
+                                  f"({REBALANCE_TUNE},{STRAGGLER_TUNE}), got {tune.knob!r}")
             if tune.knob not in TUNE_KNOBS:
                 raise ConfigError(f"--tune must be one of {', '.join(TUNE_KNOBS)}, got {tune.knob!r} (or "
                                   f"{STRAGGLER_TUNE}, with --straggler, to slow down the ranks that wait for a "
-                                  "straggler)")
+                                  f"straggler; or {REBALANCE_TUNE}[,{STRAGGLER_TUNE}], to split the batch by speed)")
             if knobs.sweep is not None or knobs.fixed:
                 raise ConfigError("--tune chooses the settings itself; drop --sweep, --power-limit and --sm-clock")
             _finite("--tune-step", tune.step_w)
@@ -251,25 +259,42 @@ class SimulateConfig(Tree):
         ranks = self.stragglers.ranks
         if len(ranks) > 1:
             raise ConfigError(f"--straggler {self.stragglers.straggler} names {len(ranks)} stragglers; only --tune "
-                              f"{STRAGGLER_TUNE} simulates several (the other modes take one RANK:FACTOR)")
+                              f"{STRAGGLER_TUNE} simulates several (as does --tune {REBALANCE_TUNE}; the other modes "
+                              "take one RANK:FACTOR)")
 
     def _check_stragglers(self) -> None:
-        """A one-line error for an option that ``--tune stragglers`` cannot take."""
+        """A one-line error for an option that ``--tune stragglers`` (or ``rebalance[,stragglers]``) cannot take."""
         job, knobs, tune = self.job, self.knobs, self.tune
+        name = tune.knob
         if knobs.sweep is not None or knobs.fixed:
-            raise ConfigError(f"--tune {STRAGGLER_TUNE} chooses each rank's clock itself; drop --sweep, "
+            raise ConfigError(f"--tune {name} chooses each rank's clock itself; drop --sweep, "
                               "--power-limit and --sm-clock")
         if job.trace is not None:
-            raise ConfigError(f"--tune {STRAGGLER_TUNE} runs on the shipped models; it cannot use --trace yet")
+            raise ConfigError(f"--tune {name} runs on the shipped models; it cannot use --trace yet")
         if job.model != "auto":
-            raise ConfigError(f"--tune {STRAGGLER_TUNE} picks the model itself (calibrated where a trace exists); "
+            raise ConfigError(f"--tune {name} picks the model itself (calibrated where a trace exists); "
                               "drop --model")
         for flag_name, value in (("--cost", tune.cost), ("--tune-step", tune.step_w),
                                  ("--counter-period", job.counter_period)):
             if value is not None:
-                raise ConfigError(f"--tune {STRAGGLER_TUNE} does not use {flag_name} (it keeps each rank just ahead "
+                raise ConfigError(f"--tune {name} does not use {flag_name} (it keeps each rank just ahead "
                                   "of the slowest one, and its energy is exact)")
+        if self.mode == "rebalance" and job.gpus == 1:
+            raise ConfigError(f"--tune {name} needs --gpus 2 or more: it splits the global batch between the "
+                              "ranks, and one rank has nothing to split with")
         self.stragglers.ranks  # noqa: B018 - the list's grammar, before anything runs
+
+
+def rebalance_knob(knob: str | None) -> bool | None:
+    """Whether ``--tune`` asks for uneven per-rank batches, and with per-rank slowdown: ``rebalance`` -> ``False``,
+    ``rebalance,stragglers`` or ``stragglers,rebalance`` -> ``True``; anything else -> ``None``."""
+    if knob is None:
+        return None
+    parts = [part.strip() for part in knob.split(",")]
+    if REBALANCE_TUNE not in parts or len(parts) != len(set(parts)) or not set(parts) <= {REBALANCE_TUNE,
+                                                                                             STRAGGLER_TUNE}:
+        return None
+    return STRAGGLER_TUNE in parts
 
 
 def parse_stragglers(text: str | None) -> tuple[tuple[int, float], ...]:
