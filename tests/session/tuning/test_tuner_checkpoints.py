@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +182,46 @@ def test_powersgd_error_feedback_is_restored_on_every_rank(tmp_path: Path) -> No
             assert all(torch.equal(saved[key][k], loaded[key][k]) for k in saved[key])
     errors = [torch.load(tmp_path / f"saved{rank}.pt", weights_only=False)["error_dict"] for rank in range(2)]
     assert any(not torch.equal(errors[0][k], errors[1][k]) for k in errors[0])  # each rank's own error
+
+
+# -- batch shares ------------------------------------------------------------------------------------------------
+
+def _rebalance_run(rank: int, world_size: int, out: str, name: str, resume: bool) -> None:
+    """Two ranks trade a global batch of 32; rank 1 loads each of its samples 2 ms late (a slow rank)."""
+    config = RunConfig(session=SessionConfig(warmup_steps=2, window_steps=WINDOW, count_flops=False),
+                       energy=EnergyConfig(enabled=False), launch=LaunchConfig(workers=2),
+                       tune=TuneConfig(knob="rebalance"),
+                       checkpoint=CheckpointConfig(dir=str(Path(out) / "ckpt"), every="20",
+                                                   resume="latest" if resume else None))
+    session = dtpo.Session(run_config=config, progress=False, summary=False, run_dir=Path(out) / name)
+    torch.manual_seed(0)
+    model = session.wrap(nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    session.attach(opt)
+    batch = (torch.randn(32, 8), torch.randint(0, 2, (32,)))
+    sizes: list[int] = []
+
+    def data() -> object:
+        while True:
+            shares = session.batch_shares
+            if rank == 1 and shares is not None and shares.share is not None:
+                time.sleep(0.002 * shares.share)
+            yield batch
+
+    for x, y in session.batches(data(), steps=STEPS):
+        sizes.append(len(x))
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+    session.finish()
+    (Path(out) / f"{name}{rank}.json").write_text(json.dumps({"sizes": sizes}))
+
+
+def test_a_resumed_run_trains_on_the_shares_of_its_checkpoint(tmp_path: Path) -> None:
+    run_ranks(_rebalance_run, 2, str(tmp_path), "first", False)
+    first = json.loads((tmp_path / "first1.json").read_text())["sizes"]
+    assert first[0] == 16 and first[39] < 16, first  # rebalanced before the checkpoint at step 40
+    run_ranks(_rebalance_run, 2, str(tmp_path), "second", True)  # resumes at step 40 of 42
+    second = json.loads((tmp_path / "second1.json").read_text())["sizes"]
+    assert second[0] == first[39], (first, second)  # the checkpoint's shares from its first step
+    record = json.loads((tmp_path / "second" / "record.json").read_text())
+    assert record["ranks"][1]["slack"]["share_changes"]  # the changes before the checkpoint kept

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from dtpo.core.record import RankRecord
+from dtpo.core.record_sections import SlackSection
 from dtpo.core.steps import RunView
 from dtpo.core.tuner_status import ClockLock, TunerState
 from dtpo.devices.base import Device
@@ -140,8 +141,11 @@ class RebalanceCallback(StragglerCallback):
     def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
         """Restore the clocks, then put the shares over the run in this rank's slack record."""
         super().on_rank_end(session, rank_record)
-        if rank_record.slack is None or self.rebalancer is None:
+        if self.rebalancer is None:
             return
+        if rank_record.slack is None:  # no full window in this attempt (resumed near the end): the shares still count
+            rank_record.slack = SlackSection(windows=0, steps=0, wait_s_per_step=0.0, wait_share=0.0,
+                                             note="no window gathered in this attempt; shares from its checkpoint")
         rank_record.slack = replace(
             rank_record.slack, shares=list(self.rebalancer.shares), initial_shares=list(self.initial_shares or ()),
             share_changes=list(self.share_changes), recommendations=list(self.recommendations),
