@@ -11,6 +11,7 @@ from dtpo.cli.dashboard import dashboard_command, write_dashboard
 from dtpo.core.errors import ConfigError
 from dtpo.telemetry.dashboard import (
     GPU_ROW,
+    TUNER_SERIES,
     build_dashboard,
     dashboard_json,
     dashboard_queries,
@@ -97,3 +98,18 @@ def test_a_bad_out_path_is_one_line(tmp_path: Path, where: str) -> None:
     with pytest.raises(ConfigError, match="^--out ") as caught:
         write_dashboard(out)
     assert "\n" not in str(caught.value)
+
+
+def test_a_tuners_own_series_is_read_only_with_a_fallback_every_run_has() -> None:
+    """``dtpo_batch_share`` exists only under --tune rebalance: its panel falls back on the step counters."""
+    queries = dict(dashboard_queries(build_dashboard()))
+    share = queries["Batch share per rank"]
+    assert share.startswith("dtpo_batch_share{") and " or on (run_id, Hostname, rank) " in share
+    assert TUNER_SERIES <= exposed_names()
+    for title, expr in queries.items():
+        names = metric_names(expr)
+        if names & TUNER_SERIES:
+            assert " or " in expr and names - TUNER_SERIES, title
+            assert not (metric_names(expr.split(" or ", 1)[1]) & TUNER_SERIES), title
+    assert {"dtpo_samples_total", "dtpo_steps_total"} <= metric_names(share)
+    assert "rate_interval" not in resolve_query(share)

@@ -159,3 +159,72 @@ def test_another_frameworks_run_shows_its_mean_step_time_and_why() -> None:
     assert "step time (mean)" in text and "step time (median)" not in text
     assert "jax dispatches asynchronously" in text and "threads per worker" not in text
     assert "step time (median)" in render(record())
+
+
+def rebalanced(workers: int = 2, changes: list[dict] | None = None, recommendations: list[str] | None = None,
+               shares: list[int] | None = None, clocks: bool = False) -> RunRecord:
+    """A run whose every rank carries the rebalancer's shares (as ``--tune rebalance`` writes them)."""
+    run = record(workers)
+    initial = [64 // workers] * workers
+    changes = changes if changes is not None else []
+    final = shares if shares is not None else (changes[-1]["shares"] if changes else initial)
+    for rank in run.ranks:
+        rank.slack = SlackSection(windows=8, steps=80, wait_s_per_step=0.01, wait_share=0.1,
+                                  critical_ranks={"1": 8}, shares=list(final), initial_shares=list(initial),
+                                  share_changes=list(changes), recommendations=list(recommendations or []),
+                                  mode="apply" if clocks else None, clock_changes=[] if clocks else None,
+                                  tuned=True if clocks else None)
+    return run
+
+
+TWO_CHANGES = [{"window": 2, "step": 30, "shares": [20, 44], "gain": 0.05, "slow_ranks": [0]},
+               {"window": 3, "step": 40, "shares": [22, 42], "gain": 0.02, "slow_ranks": [1]}]
+
+
+def test_the_rebalance_line_names_the_ranks_farthest_from_even_and_the_changes() -> None:
+    text = " ".join(render(rebalanced(changes=[{"window": 3, "step": 40, "shares": [53, 11], "gain": 0.25,
+                                                 "slow_ranks": [1]}])).split())
+    assert ("rebalance rank 1: 11 of 64 samples per step (0.34x even) from step 40, rank 0: 53 (1.66x even) "
+            "from step 40; 1 change (predicted 25.0 % shorter steps)") in text
+    # Each rank from the change that gave it its final share; each change's predicted gain, not their sum.
+    text = " ".join(render(rebalanced(changes=TWO_CHANGES)).split())
+    assert ("rank 0: 22 of 64 samples per step (0.69x even) from step 40, rank 1: 42 (1.31x even) from step 40; "
+            "2 changes (each predicted 2.0-5.0 % shorter steps)") in text
+    assert "stragglers pace set by rank 1" in text  # the slack line stays
+    text = " ".join(render(rebalanced(changes=TWO_CHANGES, clocks=True)).split())  # --tune rebalance,stragglers
+    assert "no rank ended locked" in text and "rebalance rank 0: 22 of 64 samples per step" in text
+
+
+def test_many_moved_ranks_are_cut_to_three_and_counted() -> None:
+    shares = [10, 20, 6, 8, 8, 8, 2, 2]  # of 8 each: five ranks moved
+    text = " ".join(render(rebalanced(8, [{"window": 4, "step": 50, "shares": shares, "gain": 0.3,
+                                           "slow_ranks": [6, 7]}])).split())
+    assert ("rebalance rank 1: 20 of 64 samples per step (2.50x even) from step 50, rank 6: 2 (0.25x even) from "
+            "step 50, rank 7: 2 (0.25x even) from step 50, +2 more; 1 change") in text
+
+
+def test_even_shares_say_so_and_no_line_without_rebalancing() -> None:
+    assert "rebalance shares stayed even (no rank persistently slower)" in " ".join(render(rebalanced()).split())
+    back = [*TWO_CHANGES, {"window": 5, "step": 60, "shares": [32, 32], "gain": 0.03, "slow_ranks": []}]
+    assert "rebalance shares back to even from step 60 after 3 changes" in " ".join(
+        render(rebalanced(changes=back)).split())
+    assert "rebalance" not in render(record())
+    straggling = record()
+    for rank in straggling.ranks:
+        rank.slack = SlackSection(windows=4, steps=40, wait_s_per_step=0.0, wait_share=0.0, critical_ranks={"0": 4},
+                                  mode="apply", clock_changes=[], tuned=True)
+    text = render(straggling)
+    assert "stragglers" in text and "rebalance" not in text  # --tune stragglers alone
+
+
+def test_each_recommendation_gets_a_line_of_its_own() -> None:
+    advice = [f"rank {r} has computed 4.0x slower than the median rank for 5 windows: restart the job without its "
+              "node" for r in range(5)]
+    text = render(rebalanced(changes=TWO_CHANGES, recommendations=advice[:1]))
+    lines = [" ".join(line.split()) for line in text.splitlines() if "restart the job" in line]
+    assert lines == [f"rebalance advice {advice[0]}"]
+    text = render(rebalanced(changes=TWO_CHANGES, recommendations=advice))
+    lines = [" ".join(line.split()) for line in text.splitlines() if "restart the job" in line or "more (rec" in line]
+    assert len(lines) == 4 and lines[0].startswith("rebalance advice") and advice[2] in lines[2]
+    assert lines[3] == "+2 more (record.json: ranks[].slack.recommendations)"
+    assert "rebalance advice" not in render(rebalanced(changes=TWO_CHANGES))

@@ -3,8 +3,9 @@
 Every panel is one :class:`Panel` of :data:`PANELS`, its PromQL in one place, so tests and the integration
 check can list the queries (:func:`dashboard_queries`) and evaluate them (:func:`resolve_query` fills in the
 dashboard's variables). Panels outside the GPU row use only ``dtpo_*`` series, which every run exports, a
-CPU-only run included; the GPU row uses dcgm-exporter's ``DCGM_FI_*`` names, which dtpo exports for NVIDIA
-GPUs (and which dcgm-exporter's own panels read too).
+CPU-only run included (a tuner's own series, :data:`TUNER_SERIES`, only with a fallback on such series); the GPU
+row uses dcgm-exporter's ``DCGM_FI_*`` names, which dtpo exports for NVIDIA GPUs (and which dcgm-exporter's own
+panels read too).
 
 The datasource is the ``datasource`` variable (any Prometheus), and the ``run_id``, ``Hostname`` and ``rank``
 variables (multi-select, "All" by default) filter every panel; the breakdown panel repeats per rank.
@@ -27,6 +28,14 @@ SEL = 'run_id=~"$run_id", Hostname=~"$Hostname"'
 RANK_SEL = SEL + ', rank=~"$rank"'
 POWER = f"sum by (run_id) (dtpo_device_power_watts{{{SEL}}})"
 THROUGHPUT = f"sum by (run_id) (dtpo_throughput_samples_per_second{{{SEL}}})"
+TUNER_SERIES = frozenset({"dtpo_batch_share"})
+"""Series only some runs export (a tuner's); a panel that reads one falls back (PromQL ``or``) on series every run
+exports, so it has data in every run."""
+BATCH_SHARE = (f"dtpo_batch_share{{{RANK_SEL}}} or on (run_id, Hostname, rank) "
+               f"(rate(dtpo_samples_total{{{RANK_SEL}}}[$__rate_interval]) / "
+               f"rate(dtpo_steps_total{{{RANK_SEL}}}[$__rate_interval]))")
+"""Each rank's samples per step: the rebalancer's share where it runs, else what the counters say (so the panel
+has data in every run, as every panel outside the GPU row does)."""
 
 GPU_ROW = "GPU (dcgm-exporter names; NVIDIA GPUs only)"
 
@@ -132,7 +141,12 @@ PANELS: tuple[Panel | str, ...] = (  # a string starts a row
     Panel("Tuner state", "table", "short",
           (Target(f"dtpo_tuner_state{{{RANK_SEL}}} == 1", "", instant=True),),
           "Each tuner's phase on each rank (wait, warmup, profile[:knob], hold; stragglers: free or slowed; "
-          "none: no tuner).", width=6),
+          "rebalance: even, rebalanced or slowed; none: no tuner).", width=6),
+    Panel("Batch share per rank", "timeseries", "short",
+          (Target(BATCH_SHARE, "rank {{rank}}"),),
+          "Samples per step of each rank: its share of the global batch as the rebalancer set it (--tune "
+          "rebalance, dtpo_batch_share); in a run without it (or before its first window), the samples per "
+          "optimizer step each rank processed over the rate interval."),
     GPU_ROW,
     Panel("GPU power", "timeseries", "watt",
           (Target(f"DCGM_FI_DEV_POWER_USAGE{{{SEL}}}", "{{Hostname}} gpu {{gpu}}"),),

@@ -38,7 +38,11 @@ Metric                                            Type       Meaning (extra labe
 ``dtpo_knob_choice``                              gauge      1 for the setting in force, 0 for earlier ones
                                                              (``knob``: precision, compression; ``value``)
 ``dtpo_tuner_state``                              gauge      1 for a tuner's state now, 0 for earlier states
-                                                             (``tuner``: none, power, job, stragglers; ``state``)
+                                                             (``tuner``: none, power, job, stragglers,
+                                                             rebalance; ``state``)
+``dtpo_batch_share``                              gauge      this rank's samples per step now, its share of the
+                                                             global batch (``--tune rebalance`` only, from its
+                                                             first window on)
 ================================================  =========  ===================================================
 
 Devices shared by a node (CPU packages, DRAM) are counted by local rank 0 only, so sums over ranks count them
@@ -109,6 +113,8 @@ METRICS: tuple[MetricSpec, ...] = (
                (*RANK_LABELS, "knob", "value")),
     MetricSpec("dtpo_tuner_state", "gauge", "1 for a tuner's state now, 0 for its earlier states.",
                (*RANK_LABELS, "tuner", "state")),
+    MetricSpec("dtpo_batch_share", "gauge", "This rank's samples per step now: its share of the global batch "
+               "(--tune rebalance)."),
 )
 
 SPECS = {spec.name: spec for spec in METRICS}

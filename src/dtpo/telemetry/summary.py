@@ -14,6 +14,7 @@ from dtpo.core.record import RunRecord
 from dtpo.core.record_sections import PowerTuning
 from dtpo.core.totals import energy_of_all_attempts, measured_steps
 from dtpo.telemetry.job_tuning import job_tuning_line, job_tuning_table
+from dtpo.telemetry.rebalance import MAX_NAMED_RANKS, shares_over_run
 
 
 def _pct(part: float | None, whole: float) -> str:
@@ -126,6 +127,10 @@ def totals_table(record: RunRecord) -> Table:
     stragglers = straggler_summary(record)
     if stragglers:
         rows.append(("stragglers", stragglers))
+    rebalance = rebalance_summary(record)
+    if rebalance:
+        rows.append(("rebalance", rebalance))
+        rows += [("rebalance advice" if i == 0 else "", line) for i, line in enumerate(rebalance_advice(record))]
     switches = sorted({(s["step"], s["setting"], str(s["value"])) for r in record.ranks for s in r.switches})
     if switches:
         rows.append(("switched", "; ".join(f"step {step}: {name} = {value}" for step, name, value in switches)))
@@ -205,6 +210,48 @@ def straggler_summary(record: RunRecord) -> str | None:
         parts.append(f"{len(final)} rank(s) ended locked lower ({final[0]:g}-{final[-1]:g} MHz)" if final
                      else "no rank ended locked")
     return escape("; ".join(parts))
+
+
+def rebalance_summary(record: RunRecord) -> str | None:
+    """One line on ``--tune rebalance``: the ranks whose share of the global batch ended farthest from the even
+    one (up to :data:`~dtpo.telemetry.rebalance.MAX_NAMED_RANKS`, then ``+N more``), from which step, and how many
+    changes it made; ``None`` where rebalancing did not run."""
+    run = shares_over_run(record)
+    if run is None:
+        return None
+    count = len(run.changes)
+    changes = f"{count} change{'' if count == 1 else 's'}"
+    moved = run.moved()
+    if not moved:
+        if not count:
+            return "shares stayed even (no rank persistently slower)"
+        return escape(f"shares back to even from step {run.changes[-1]['step']} after {changes}")
+    named = []
+    for i, m in enumerate(moved[:MAX_NAMED_RANKS]):
+        share = f"{m.share} of {run.global_batch} samples per step" if i == 0 else str(m.share)
+        since = "" if m.since is None else f" from step {m.since}"
+        named.append(f"rank {m.rank}: {share} ({m.ratio:.2f}x even){since}")
+    if len(moved) > MAX_NAMED_RANKS:
+        named.append(f"+{len(moved) - MAX_NAMED_RANKS} more")
+    text = f"{', '.join(named)}; {changes}"
+    gains = [100 * g for g in run.gains() if g > 0]
+    if len(gains) == 1:
+        text += f" (predicted {gains[0]:.1f} % shorter steps)"
+    elif gains:
+        text += f" (each predicted {min(gains):.1f}-{max(gains):.1f} % shorter steps)"
+    return escape(text)
+
+
+def rebalance_advice(record: RunRecord, limit: int = MAX_NAMED_RANKS) -> list[str]:
+    """The rebalancer's recommendations to restart without a rank, one line each (up to ``limit``, then a line
+    that counts the rest); empty where it made none."""
+    run = shares_over_run(record)
+    if run is None or not run.recommendations:
+        return []
+    lines = [escape(text) for text in run.recommendations[:limit]]
+    if len(run.recommendations) > limit:
+        lines.append(escape(f"+{len(run.recommendations) - limit} more (record.json: ranks[].slack.recommendations)"))
+    return lines
 
 
 def _setting_label(setting: dict[str, Any]) -> str:

@@ -27,7 +27,7 @@ from dtpo.core.tuner_status import ClockLock, SlackReading, SlackStatus, TunerSt
 from dtpo.devices.discovery import Discovery
 from dtpo.devices.nvml import open_nvml_gpus
 from dtpo.session.callbacks.metrics import MetricsCallback
-from dtpo.telemetry.dashboard import GPU_ROW, build_dashboard, metric_names
+from dtpo.telemetry.dashboard import GPU_ROW, TUNER_SERIES, build_dashboard, metric_names
 from dtpo.telemetry.metrics_server import ENDPOINT_FILE, collect_text, metrics_dir
 
 UUID = "GPU-4a4b5c6d-0000-1111-2222-333344445555"
@@ -104,14 +104,16 @@ def test_a_two_rank_run_serves_both_ranks_on_one_endpoint(tmp_path: Path) -> Non
     assert all(lab["source"] in ("rapl", "modelled") and v >= 0 for lab, v in power)
     assert set(ranks("dtpo_device_energy_joules_total")) == {"0"}
     assert set(ranks("dtpo_energy_per_sample_joules")) == {"0"}
-    # Every series a panel outside the GPU row reads is there in a CPU-only run.
+    # Every series a panel outside the GPU row reads is there in a CPU-only run (a tuner's own series are read
+    # only with a fallback on series that are, and are not here: no tuner in this run).
     scraped = {name.removesuffix("_created") for name in found}
+    assert not scraped & TUNER_SERIES
     row = None
     for panel in build_dashboard()["panels"]:
         row = panel["title"] if panel["type"] == "row" else row
         if panel["type"] != "row" and row != GPU_ROW:
             for target in panel["targets"]:
-                assert metric_names(target["expr"]) <= scraped, (panel["title"], target["expr"])
+                assert metric_names(target["expr"]) - TUNER_SERIES <= scraped, (panel["title"], target["expr"])
     # After the run: no endpoint, the files still hold the last values.
     assert not (Path(where["dir"]) / ENDPOINT_FILE).exists()
     with pytest.raises(OSError):
@@ -220,6 +222,61 @@ def test_tuners_and_slack_are_read_through_their_protocols(tmp_path: Path, monke
     assert [(lab["basis"], v) for lab, v in found["dtpo_sync_wait_seconds"]] == [("slack", 0.125)]
 
 
+class FakeRebalancer(FakeTuner):
+    """A tuner that also hands out every rank's share of the global batch, as the rebalancer does."""
+
+    def __init__(self, shares: tuple[int, ...] | None) -> None:
+        super().__init__(None, None)
+        self.shares = shares
+
+    def tuner_state(self) -> TunerState:
+        moved = self.shares is not None and len(set(self.shares)) > 1
+        return TunerState("rebalance", "rebalanced" if moved else "even")
+
+    def current_shares(self) -> tuple[int, ...] | None:
+        return self.shares
+
+
+def _scrape(tmp_path: Path, callbacks: list[Any], rank: int = 0, windows: int = 1,
+            between: Any = None) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Start the callback on a stub session with ``callbacks``, end ``windows`` windows, scrape, stop."""
+    session = stub_session(tmp_path, [])
+    session.rank, session.world_size, session.callbacks = rank, 4, callbacks
+    callback = MetricsCallback("127.0.0.1:0")
+    callback.on_train_start(session)
+    for index in range(windows):
+        if between is not None:
+            between(index)
+        callback.on_window_end(session, Window(index, 1, 2, 1.0, 16, 0.5))
+    assert callback.server is not None and callback.server.url is not None
+    with urllib.request.urlopen(callback.server.url, timeout=10) as response:
+        found = parse(response.read().decode())
+    callback.on_train_end(session, None)
+    return found
+
+
+def test_the_batch_share_is_this_ranks_share_from_the_rebalancer(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "env"))  # restored after the test
+    rebalancer = FakeRebalancer(None)
+    shares = [(16, 16, 16, 16), (20, 11, 17, 16)]
+    found = _scrape(tmp_path / "a", [object(), FakeTuner(TunerState("stragglers", "free"), None), rebalancer],
+                    rank=1, windows=2, between=lambda i: setattr(rebalancer, "shares", shares[i]))
+    assert [(lab["rank"], v) for lab, v in found["dtpo_batch_share"]] == [("1", 11.0)]  # the latest window's
+    states = {(lab["tuner"], lab["state"]) for lab, v in found["dtpo_tuner_state"] if v == 1}
+    assert states == {("stragglers", "free"), ("rebalance", "rebalanced")}
+
+
+def test_no_batch_share_before_the_first_window_or_without_a_rebalancer(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "env"))  # restored after the test
+    found = _scrape(tmp_path / "a", [FakeRebalancer(None)])
+    assert "dtpo_batch_share" not in found
+    assert {(lab["tuner"], lab["state"]) for lab, v in found["dtpo_tuner_state"] if v == 1} == {("rebalance", "even")}
+    found = _scrape(tmp_path / "b", [FakeTuner(TunerState("power", "hold"), None), FakeSlack()])
+    assert "dtpo_batch_share" not in found
+
+
 # -- an address someone else holds --------------------------------------------------------------------------------
 
 
@@ -262,5 +319,10 @@ def test_the_builtin_tuners_implement_the_protocols() -> None:
     for callback, state in before_start.items():
         assert isinstance(callback, TunerStatus)
         assert callback.tuner_state() == state and callback.clock_lock() is None  # nothing applied yet
+    from dtpo.session.tuning.rebalance import RebalanceCallback
+
+    rebalance = RebalanceCallback("apply", [], clocks=False)
+    assert isinstance(rebalance, TunerStatus) and rebalance.tuner_state() == TunerState("rebalance", "off")
+    assert rebalance.current_shares() is None  # no share before its first window: no dtpo_batch_share
     assert isinstance(SlackCallback(), SlackStatus) and SlackCallback().latest_slack() is None
     assert not isinstance(SlackCallback(), TunerStatus)

@@ -190,3 +190,80 @@ def test_helpers_thin_long_series_and_prefix_svg_ids() -> None:
     assert k == 3 and xs == [1.0, 4.0, 7.0, 9.0] and ys == [1.0, 4.0, 7.0, 9.0]
     svg = '<svg xmlns="http://www.w3.org/2000/svg"><g id="a" clip-path="url(#c)"><use xlink:href="#m"/></g></svg>'
     assert inline_svg(svg, "f") == '<svg><g id="f-a" clip-path="url(#f-c)"><use xlink:href="#f-m"/></g></svg>'
+
+
+def _rebalance(run_dir: Path, world: int = 2, changes: list[dict] | None = None,
+               recommendations: list[str] | None = None) -> RunData:
+    """A run directory's record with the rebalancer's shares on every rank (as ``--tune rebalance`` writes them)."""
+    from dtpo.core.record_sections import SlackSection
+
+    record = RunRecord.load(make_run(run_dir, energy=False, tuned=False))
+    even = [64 // world] * world
+    final = changes[-1]["shares"] if changes else even
+    ranks = [RankRecord(r, r, "host", "cpu", steps=_steps(r, 90)) for r in range(world)]
+    for rank in ranks:
+        rank.slack = SlackSection(windows=9, steps=90, wait_s_per_step=0.01, wait_share=0.1, critical_ranks={"1": 9},
+                                  shares=list(final), initial_shares=even, share_changes=list(changes or []),
+                                  recommendations=list(recommendations or []))
+    record.ranks = ranks
+    record.config = {"tune": {"knob": "rebalance"}}
+    return RunData(run_dir, record)
+
+
+def _figure(page: str, fid: str) -> str:
+    """The ``<figure>`` element of id ``fid``."""
+    start = page.index(f'<figure id="{fid}"')
+    return page[start:page.index("</figure>", start)]
+
+
+def test_a_rebalanced_run_draws_its_shares_over_time(tmp_path: Path) -> None:
+    changes = [{"window": 2, "step": 30, "shares": [24, 40], "gain": 0.08, "slow_ranks": [0]},
+               {"window": 4, "step": 50, "shares": [22, 42], "gain": 0.03, "slow_ranks": [0]}]
+    advice = ["rank 0 has computed 3.5x slower than the median rank for 5 windows: restart the job without its node"]
+    page = render_report([_rebalance(tmp_path / "rb", changes=changes, recommendations=advice)])
+    assert "run-1-shares" in figure_ids(page)
+    shown = _figure(page, "run-1-shares")
+    assert "each rank's share of the global batch (64 samples per step)" in shown
+    assert "samples per step" in shown and "rank 0" in shown and "rank 1" in shown and "even share" in shown
+    caption = re.search(r"<figcaption>(.*?)</figcaption>", shown, re.S).group(1)
+    assert "out of a global batch of 64 that stays the same at every step" in caption
+    assert ("They start at the even split (32 each) and changed 2 times (dotted): from step 30 (predicted 8.0 % "
+            "shorter steps), from step 50 (3.0 %).") in caption
+    assert "At the end, farthest from even: rank 0 at 22 (0.69x even), rank 1 at 42 (1.31x even)." in caption
+    assert "Rebalance: rank 0: 22 of 64 samples per step (0.69x even) from step 50" in page
+    assert "restart the job without its node" in page
+    # A rebalance that never moved still shows its (flat) shares, and says why they stayed.
+    page = render_report([_rebalance(tmp_path / "even")])
+    assert "run-1-shares" in figure_ids(page)
+    assert "The shares stayed at the even split (32 each): no rank was persistently slower" in page
+
+
+def test_no_shares_figure_without_rebalancing(tmp_path: Path, one_run: str) -> None:
+    from dtpo.core.record_sections import SlackSection
+
+    assert not any(f.endswith("-shares") for f in figure_ids(one_run))
+    data = _rebalance(tmp_path / "stragglers")
+    for rank in data.record.ranks:  # --tune stragglers alone: slack, clock changes, no shares
+        rank.slack = SlackSection(windows=9, steps=90, wait_s_per_step=0.01, wait_share=0.1, critical_ranks={"1": 9},
+                                  mode="apply", clock_changes=[], tuned=True)
+    page = render_report([data])
+    assert "Stragglers:" in page and "Rebalance:" not in page
+    assert not any(f.endswith("-shares") for f in figure_ids(page))
+
+
+def test_a_large_world_draws_the_ranks_that_moved_and_the_others_as_one() -> None:
+    from dtpo.telemetry.rebalance import SharesOverRun
+    from dtpo.telemetry.report.curves import shares_plan, shares_svg
+    from dtpo.telemetry.report.sections import shares_caption
+
+    world = 64
+    moved = [8] * world
+    for r in range(10):  # ten slow ranks, from 2 to 7 samples; rank 63 takes what they gave up
+        moved[r] = 2 + r // 2
+    moved[63] += 8 * world - sum(moved)
+    run = SharesOverRun(tuple([8] * world), tuple(moved), ({"step": 40, "shares": moved, "gain": 0.4},), ())
+    drawn, others = shares_plan(run)
+    assert len(drawn) == 8 and 63 in drawn and {0, 1} <= set(drawn) and len(others) == world - 8
+    svg = shares_svg(run, 99)
+    assert svg is not None and "other 56 ranks (mean; band: min-max)" in svg and "rank 63" in svg
+    assert "the 8 ranks whose share moved most; the other 56 as one line" in shares_caption(run)

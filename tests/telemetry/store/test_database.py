@@ -371,3 +371,31 @@ def test_reindex_refuses_a_missing_folder_and_a_directory_store(tmp_path: Path) 
         reindex(tmp_path / "s.sqlite", [tmp_path / "nowhere"])
     with pytest.raises(StoreError, match="is a directory"):
         reindex(tmp_path, [tmp_path])
+
+
+def test_a_rebalanced_run_keeps_its_share_changes_and_the_smallest_share(store: RunStore, tmp_path: Path) -> None:
+    from dtpo.core.record import RankRecord
+    from dtpo.core.record_sections import SlackSection
+
+    def rebalanced(run_id: str, changes: list[dict]) -> RunRecord:
+        run = record(run_id, 100.0, knob="rebalance")
+        final = changes[-1]["shares"] if changes else [32, 32]
+        run.ranks = [RankRecord(r, r, "n", "cpu", slack=SlackSection(
+            windows=8, steps=80, wait_s_per_step=0.01, wait_share=0.1, shares=final, initial_shares=[32, 32],
+            share_changes=changes, recommendations=[])) for r in range(2)]
+        return run
+
+    changes = [{"window": 2, "step": 30, "shares": [24, 40], "gain": 0.1, "slow_ranks": [0]},
+               {"window": 4, "step": 50, "shares": [22, 42], "gain": 0.05, "slow_ranks": [0]}]
+    run = store.get(store.register_record(rebalanced("rb", changes), tmp_path / "rb"))
+    assert run.kind == "tune"
+    made = run.figures["rebalance.share_changes"]
+    assert (made.value, made.unit, made.source, made.note) == (2, "changes", "derived", "last from step 50")
+    smallest = run.figures["rebalance.smallest_share"]
+    assert smallest.value == pytest.approx(22 / 32) and smallest.unit == "x even" and not smallest.estimated
+    assert "rank 0" in smallest.note and "22 of 64 samples per step" in smallest.note
+    even = store.get(store.register_record(rebalanced("even", []), tmp_path / "even"))
+    assert even.figures["rebalance.share_changes"].value == 0
+    assert even.figures["rebalance.smallest_share"].value == 1.0
+    plain = store.get(store.register_record(record("plain", 100.0), tmp_path / "plain"))
+    assert not any(name.startswith("rebalance.") for name in plain.figures)

@@ -10,7 +10,8 @@ sums kept in Python; everything else is written once per window: throughput, the
 wait, energy and power per device, and, for NVIDIA GPUs, their power, clock and limit read through NVML under
 dcgm-exporter's names, with the knobs in force and the tuners' states. Tuners and knob holders are found by what
 they implement (:class:`~dtpo.core.tuner_status.TunerStatus`, :class:`~dtpo.core.tuner_status.SlackStatus`),
-not by their class. It comes after the energy callback and the tuners, so a window's energy and the tuners'
+not by their class; so is the rebalancer, whose ``current_shares()`` gives this rank's share of the global batch
+(``dtpo_batch_share``). It comes after the energy callback and the tuners, so a window's energy and the tuners'
 decisions are in. Metrics never stop training: a failure
 logs one warning and the run goes on without them.
 """
@@ -209,6 +210,9 @@ class MetricsCallback(Callback):
                 metrics.choose("dtpo_tuner_state", (state.tuner,), (state.state,))
         if not found:
             metrics.choose("dtpo_tuner_state", ("none",), ("off",))
+        share = _batch_share(session.callbacks, session.rank)
+        if share is not None:
+            metrics.set("dtpo_batch_share", share)
 
     # -- end -----------------------------------------------------------------------------------------------
 
@@ -250,6 +254,17 @@ def _nvml_gpus(session: Any) -> list[Device]:
 def _tuners(callbacks: list[Any]) -> list[TunerStatus]:
     """The callbacks that hold or tune knobs, in the Session's order."""
     return [callback for callback in callbacks if isinstance(callback, TunerStatus)]
+
+
+def _batch_share(callbacks: list[Any], rank: int) -> float | None:
+    """This rank's samples per step from the first callback whose ``current_shares()`` has every rank's share of
+    the global batch (the rebalancer, from its first window on), or ``None``."""
+    for callback in callbacks:
+        current = getattr(callback, "current_shares", None)
+        shares = current() if callable(current) else None
+        if shares is not None and 0 <= rank < len(shares):
+            return float(shares[rank])
+    return None
 
 
 def _locked_sm_clock(callbacks: list[Any]) -> float | None:

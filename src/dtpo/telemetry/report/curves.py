@@ -15,6 +15,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from dtpo.telemetry.job_tuning import setting_label
+from dtpo.telemetry.rebalance import SharesOverRun
 from dtpo.telemetry.report.svg import BLACK, BLUE, GREY, PALETTE, VERMILLION, colour, render
 
 PHASE_MARKERS = {"wait": ".", "warmup": "^", "profile": "o", "hold": "s"}
@@ -279,3 +280,54 @@ def straggler_clocks_svg(data: dict[str, Any]) -> str | None:
         ax.legend(fontsize=7, ncol=4)
 
     return render(draw, (9.0, 3.0))
+
+
+def shares_plan(run: SharesOverRun, limit: int = MAX_STRAGGLER_RANKS) -> tuple[list[int], list[int]]:
+    """Which ranks :func:`shares_svg` draws one line each (all up to ``limit`` ranks; in a larger world the
+    ``limit`` whose share moved farthest from even, in rank order) and which it draws as one "other ranks" line."""
+    if run.world <= limit:
+        return list(range(run.world)), []
+    schedule = run.schedule()
+    farthest = {r: max(abs(shares[r] - run.initial[r]) for _, shares in schedule) for r in run.ever_moved()}
+    drawn = sorted(sorted(farthest, key=lambda r: (-farthest[r], r))[:limit])
+    return drawn, [r for r in range(run.world) if r not in drawn]
+
+
+def shares_svg(run: SharesOverRun, last_step: int) -> str | None:
+    """Samples per step of each rank over a ``--tune rebalance`` run: one step line per rank from the even
+    split through every change to the run's last step, the even share dashed, the changes dotted. In a world of
+    more than :data:`MAX_STRAGGLER_RANKS` ranks, the ranks that moved most get a line each and the others one
+    grey line (their mean) over a band (their range). ``None`` without ranks."""
+    if not run.world:
+        return None
+    schedule = run.schedule()
+    end = max(last_step + 1, schedule[-1][0] + 1)
+    xs = [step for step, _ in schedule] + [end]
+    drawn, others = shares_plan(run)
+
+    def series(values: list[float]) -> list[float]:
+        return [*values, values[-1]]  # the last shares hold to the end
+
+    def draw(fig: Figure) -> None:
+        ax = fig.add_subplot()
+        ax.axhline(run.global_batch / run.world, ls="--", color=GREY, lw=1, label="even share")
+        for i, r in enumerate(drawn):
+            ax.step(xs, series([float(shares[r]) for _, shares in schedule]), where="post", color=colour(i),
+                    label=f"rank {r}")
+        if others:
+            low = series([float(min(shares[r] for r in others)) for _, shares in schedule])
+            high = series([float(max(shares[r] for r in others)) for _, shares in schedule])
+            mean = series([sum(shares[r] for r in others) / len(others) for _, shares in schedule])
+            ax.fill_between(xs, low, high, step="post", color=GREY, alpha=0.25, lw=0)
+            ax.step(xs, mean, where="post", color="#555555", lw=1.2, ls="-.",
+                    label=f"other {len(others)} ranks (mean; band: min-max)")
+        for step, _ in schedule[1:]:
+            ax.axvline(step, color="#444444", lw=0.7, ls=":")
+        ax.set_xlim(0, end)
+        ax.set_ylim(0, max(max(shares) for _, shares in schedule) * 1.15)
+        ax.set_xlabel("optimizer step (dotted: a change of the shares)")
+        ax.set_ylabel("samples per step")
+        ax.set_title(f"each rank's share of the global batch ({run.global_batch} samples per step)")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+    return render(draw, (9.0, 3.2))

@@ -12,11 +12,14 @@ from dtpo.core.errors import first_line
 from dtpo.core.measurement import Measurement
 from dtpo.core.record_sections import PowerTuning
 from dtpo.telemetry.job_tuning import job_report, setting_label
+from dtpo.telemetry.rebalance import SharesOverRun, last_step, shares_over_run
 from dtpo.telemetry.report.curves import (
     bench_svg,
     job_tuning_svg,
     plan_svg,
     power_tuning_svg,
+    shares_plan,
+    shares_svg,
     straggler_clocks_svg,
     sweep_svg,
 )
@@ -35,7 +38,7 @@ from dtpo.telemetry.report.markup import (
     tag,
 )
 from dtpo.telemetry.report.plots import MAX_POWER_PANELS, breakdown_svg, energy_svg, power_svg, step_time_svg
-from dtpo.telemetry.summary import straggler_summary, tuning_summary
+from dtpo.telemetry.summary import rebalance_advice, rebalance_summary, straggler_summary, tuning_summary
 
 KEY_TOTALS = (("throughput", "throughput"), ("step time (median)", "step_time_s"), ("MFU", "mfu"),
               ("communication overhead", "comm_overhead"), ("sync latency (mean)", "sync_latency_s"),
@@ -189,7 +192,67 @@ def _tuning_part(page: Page, data: RunData, sid: str, level: int) -> list[Html]:
             (r.rank, f"{1e3 * r.slack.wait_s_per_step:.2f} ms", f"{100 * r.slack.wait_share:.1f} %",
              len(r.slack.clock_changes or []))
             for r in record.ranks if r.slack is not None]))
+    out += _rebalance_part(data, sid)
     return out
+
+
+def _rebalance_part(data: RunData, sid: str) -> list[Html]:
+    """``--tune rebalance``: the summary line, the shares over time and the recommendations (nothing where
+    rebalancing did not run)."""
+    run = shares_over_run(data.record)
+    if run is None:
+        return []
+    out = [para(f"Rebalance: {_plain(rebalance_summary(data.record))}")]
+    svg = shares_svg(run, last_step(data.record, run))
+    if svg is not None:
+        out.append(figure(f"{sid}-shares", svg, shares_caption(run)))
+    advice = rebalance_advice(data.record)
+    if advice:
+        out.append(tag("ul", join(tag("li", _plain(line)) for line in advice), class_="plain"))
+    return out
+
+
+MAX_CHANGES_IN_WORDS = 6
+
+
+def _changes_in_words(run: SharesOverRun) -> str:
+    """``from step 32 (predicted 26.2 % shorter steps), from step 62 (13.8 %)...``, the first few changes."""
+    words = []
+    for i, change in enumerate(run.changes[:MAX_CHANGES_IN_WORDS]):
+        gain = change.get("gain")
+        known = isinstance(gain, int | float) and not isinstance(gain, bool)
+        predicted = "" if not known else f" (predicted {100 * gain:.1f} % shorter steps)" if i == 0 \
+            else f" ({100 * gain:.1f} %)"
+        words.append(f"from step {change['step']}{predicted}")
+    if len(run.changes) > MAX_CHANGES_IN_WORDS:
+        words.append(f"and {len(run.changes) - MAX_CHANGES_IN_WORDS} more")
+    return ", ".join(words)
+
+
+def shares_caption(run: SharesOverRun) -> str:
+    """The shares-over-time figure in words: where the shares started, when they changed and where they ended."""
+    low, high = min(run.initial), max(run.initial)
+    even = f"{low} each" if low == high else f"{low}-{high} each"
+    text = (f"Samples per step of each rank over the run (a step line per rank), out of a global batch of "
+            f"{run.global_batch} that stays the same at every step; dashed: the even share.")
+    if not run.changes:
+        text += f" The shares stayed at the even split ({even}): no rank was persistently slower than the rest."
+    else:
+        count = len(run.changes)
+        text += (f" They start at the even split ({even}) and changed {count} time{'' if count == 1 else 's'} "
+                 f"(dotted): {_changes_in_words(run)}.")
+        moved = run.moved()
+        if moved:
+            ends = ", ".join(f"rank {m.rank} at {m.share} ({m.ratio:.2f}x even)" for m in moved[:3])
+            more = f" and {len(moved) - 3} more" if len(moved) > 3 else ""
+            text += f" At the end, farthest from even: {ends}{more}."
+        else:
+            text += " At the end every rank is back at its even share."
+    drawn, others = shares_plan(run)
+    if others:
+        text += (f" Drawn one line each: the {len(drawn)} ranks whose share moved most; the other {len(others)} "
+                 "as one line (their mean) over a grey band (their smallest to largest share).")
+    return text
 
 
 def bench_section(page: Page, data: BenchData, sid: str) -> Html:

@@ -15,6 +15,7 @@ from typing import Any
 
 from dtpo.core.measurement import Measurement
 from dtpo.core.record import EnergyTotals, RunRecord
+from dtpo.telemetry.rebalance import shares_over_run
 
 KINDS = ("train", "tune", "bench", "simulate", "plan")
 """What a stored run is: a training run, one whose config tunes a knob, a bench, a simulation or a plan."""
@@ -131,7 +132,23 @@ def record_facts(record: RunRecord) -> RunFacts:
     if isinstance(energy, EnergyTotals):
         for name in ENERGY_FIGURES:
             _add(facts.figures, figure(name, getattr(energy, name)))
+    _rebalance_figures(facts.figures, record)
     return facts
+
+
+def _rebalance_figures(out: dict[str, Figure], record: RunRecord) -> None:
+    """``--tune rebalance``: how many times it changed the shares and the smallest share at the end against the
+    even one (what it gained is in the measured throughput)."""
+    run = shares_over_run(record)
+    if run is None:
+        return
+    changes = len(run.changes)
+    _add(out, Figure("rebalance.share_changes", float(changes), "changes", "derived",
+                     "shares stayed even" if not changes else f"last from step {run.changes[-1]['step']}"))
+    smallest = min(run.moved(), key=lambda m: m.ratio, default=None)
+    _add(out, Figure("rebalance.smallest_share", smallest.ratio if smallest else 1.0, "x even", "derived",
+                     f"rank {smallest.rank}'s share at the end over its even one ({smallest.share} of "
+                     f"{run.global_batch} samples per step)" if smallest else "every rank at its even share"))
 
 
 ENERGY_FIGURES = ("energy_j", "average_power_w", "energy_per_sample_j", "kwh", "co2_g", "cost")
