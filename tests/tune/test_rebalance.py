@@ -10,14 +10,18 @@ import pytest
 from dtpo.tune.rebalance import RankSpeed, Rebalancer, even_shares, pace, split_batch
 
 
-def window(sample_s: list[float] | np.ndarray, spread: float = 0.01, steps: int = 20) -> list[RankSpeed]:
-    return [RankSpeed(float(t), spread, steps) for t in sample_s]
-
-
-def noisy(rng: np.random.Generator, base: np.ndarray, noise: float, steps: int = 20) -> list[RankSpeed]:
-    """A window's means of ``steps`` noisy steps per rank."""
-    means = base * (1 + noise * rng.standard_normal(len(base)) / np.sqrt(steps))
-    return window(means, noise, steps)
+def window(rebalancer: Rebalancer, per_sample_s: list[float] | np.ndarray, fixed_s: float = 0.0,
+           spread: float = 0.01, steps: int = 20, rng: np.random.Generator | None = None) -> list[RankSpeed]:
+    """A window of the ranks at the rebalancer's shares: each ready time ``fixed + per_sample * share``, and with
+    ``rng`` the mean of ``steps`` noisy steps (relative noise ``spread``)."""
+    out = []
+    for r, t in enumerate(per_sample_s):
+        share = rebalancer.shares[r]
+        ready = fixed_s + float(t) * share
+        if rng is not None:
+            ready *= 1 + spread * rng.standard_normal() / np.sqrt(steps)
+        out.append(RankSpeed(ready, share, spread, steps))
+    return out
 
 
 def test_even_shares_give_the_remainder_to_the_first_ranks() -> None:
@@ -47,7 +51,7 @@ def test_a_persistent_straggler_gets_fewer_samples_after_the_persistence_windows
     base = np.full(8, 1e-3)
     base[3] *= 1.5
     rebalancer = Rebalancer(256, 8)
-    decisions = [rebalancer.decide(noisy(rng, base, 0.01)) for _ in range(8)]
+    decisions = [rebalancer.decide(window(rebalancer, base, rng=rng)) for _ in range(8)]
     assert not any(d.changed for d in decisions[:2])  # not before persist_windows windows agree
     first = next(i for i, d in enumerate(decisions) if d.changed)
     assert first == rebalancer.persist_windows - 1
@@ -64,7 +68,7 @@ def test_noise_alone_moves_nothing() -> None:
     rng = np.random.default_rng(1)
     rebalancer = Rebalancer(512, 16)
     base = np.full(16, 2e-3)
-    assert not any(rebalancer.decide(noisy(rng, base, 0.03)).changed for _ in range(60))
+    assert not any(rebalancer.decide(window(rebalancer, base, spread=0.03, rng=rng)).changed for _ in range(60))
     assert rebalancer.shares == even_shares(512, 16)
 
 
@@ -75,14 +79,14 @@ def test_a_transient_straggler_is_left_to_the_clocks() -> None:
         base = np.full(8, 1e-3)
         if i % 2 == 0:
             base[5] *= 1.5
-        assert not rebalancer.decide(window(base)).changed
+        assert not rebalancer.decide(window(rebalancer, base)).changed
 
 
 def test_a_small_gap_is_not_worth_a_change() -> None:
     base = np.full(8, 1e-3)
     base[2] *= 1.015  # within the band: counts as the median
     rebalancer = Rebalancer(256, 8)
-    assert not any(rebalancer.decide(window(base)).changed for _ in range(10))
+    assert not any(rebalancer.decide(window(rebalancer, base)).changed for _ in range(10))
 
 
 def test_a_straggler_that_recovers_gets_its_share_back() -> None:
@@ -90,10 +94,10 @@ def test_a_straggler_that_recovers_gets_its_share_back() -> None:
     slow = np.full(8, 1e-3)
     slow[1] *= 2.0
     for _ in range(4):
-        rebalancer.decide(window(slow))
+        rebalancer.decide(window(rebalancer, slow))
     assert rebalancer.shares[1] < 20
     for _ in range(4):
-        rebalancer.decide(window(np.full(8, 1e-3)))
+        rebalancer.decide(window(rebalancer, np.full(8, 1e-3)))
     assert rebalancer.shares == even_shares(256, 8)
     assert rebalancer.changes == 2
 
@@ -102,7 +106,7 @@ def test_no_rank_takes_more_than_its_headroom() -> None:
     rebalancer = Rebalancer(64, 4, max_share=1.25)
     base = np.array([1e-3, 1e-3, 1e-3, 1e-1])  # rank 3 a hundred times slower
     for _ in range(4):
-        rebalancer.decide(window(base))
+        rebalancer.decide(window(rebalancer, base))
     assert max(rebalancer.shares) <= 20 and sum(rebalancer.shares) == 64
     assert rebalancer.shares[3] == 64 - 3 * 20
 
@@ -110,7 +114,7 @@ def test_no_rank_takes_more_than_its_headroom() -> None:
 def test_a_rank_many_times_slower_for_long_gets_one_recommendation() -> None:
     rebalancer = Rebalancer(64, 4, drop_windows=5)
     base = np.array([1e-3, 1e-3, 4e-3, 1e-3])
-    said = [d.recommendation for d in (rebalancer.decide(window(base)) for _ in range(12))]
+    said = [d.recommendation for d in (rebalancer.decide(window(rebalancer, base)) for _ in range(12))]
     told = [s for s in said if s is not None]
     assert len(told) == 1 and said.index(told[0]) == 4
     assert "rank 2" in told[0] and "restart" in told[0]
@@ -130,10 +134,10 @@ def test_the_decision_continues_from_its_state() -> None:
     base[0] *= 1.6
     one = Rebalancer(64, 4)
     for _ in range(2):
-        one.decide(window(base))
+        one.decide(window(one, base))
     two = Rebalancer(64, 4)
     two.load_state_dict(one.state_dict())
-    assert one.decide(window(base)) == two.decide(window(base))
+    assert one.decide(window(one, base)) == two.decide(window(two, base))
     assert one.shares == two.shares != even_shares(64, 4)
 
 
@@ -143,7 +147,7 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError):
         Rebalancer(64, 4, max_share=0.5)
     with pytest.raises(ValueError):
-        Rebalancer(64, 4).decide(window([1e-3] * 3))
+        Rebalancer(64, 4).decide(window(Rebalancer(64, 3), [1e-3] * 3))
 
 
 def test_two_noisy_ranks_rebalance_once_and_never_flap_back() -> None:
@@ -153,7 +157,37 @@ def test_two_noisy_ranks_rebalance_once_and_never_flap_back() -> None:
         rng = np.random.default_rng(seed)
         rebalancer = Rebalancer(256, 2)
         base = np.array([1e-3, 1.5e-3])
-        changes = [d.shares for d in (rebalancer.decide(noisy(rng, base, 0.25, steps=10)) for _ in range(30))
-                   if d.changed]
+        decisions = (rebalancer.decide(window(rebalancer, base, spread=0.25, steps=10, rng=rng)) for _ in range(30))
+        changes = [d.shares for d in decisions if d.changed]
         assert 1 <= len(changes) <= 2, (seed, changes)
         assert all(shares[1] < 128 - 15 for shares in changes), (seed, changes)
+
+
+def test_a_fixed_time_per_step_is_fitted_and_the_shares_stop_at_equal_ready_times() -> None:
+    """Each step costs 30 ms whatever the share (the global batch's loading, Python) plus 0.1 or 0.2 ms per sample:
+    time per sample alone would keep cutting the slow rank's share; the fitted lines stop at equal ready times."""
+    fixed, per_sample = 30e-3, np.array([0.1e-3, 0.2e-3])
+    best = min(((s, 256 - s) for s in range(1, 256)), key=lambda p: pace(p, per_sample, [fixed] * 2))
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        rebalancer = Rebalancer(256, 2)
+        changed = [d.shares for d in (rebalancer.decide(window(rebalancer, per_sample, fixed, 0.05, 10, rng))
+                                      for _ in range(40)) if d.changed]
+        assert 1 <= len(changed) <= 6, (seed, changed)
+        slow = [shares[1] for shares in changed]
+        assert slow == sorted(slow, reverse=True), (seed, changed)  # toward the balance, never back and forth
+        assert min(slow) >= best[1] - 10, (seed, changed, best)  # and no further than noise
+        assert pace(rebalancer.shares, per_sample, [fixed] * 2) <= 1.03 * pace(best, per_sample, [fixed] * 2)
+
+
+def test_a_line_through_one_point_bounds_what_counts_as_the_same_speed() -> None:
+    """After a first move, a rank whose time falls in between (some of it fixed) is the same rank; one whose time
+    falls out of every line through its first point changed speed, and its points start again."""
+    rebalancer = Rebalancer(64, 2, shares=(32, 32))
+    rebalancer.points[1] = {32: (1.0, 0.0)}
+    rebalancer.shares = (40, 24)
+    rebalancer._add_point(1, 0.9, 0.0)  # between 0.75 (all per sample) and 1.0 (all fixed)
+    assert rebalancer.points[1] == {32: (1.0, 0.0), 24: (0.9, 0.0)}
+    rebalancer.points[0] = {32: (1.0, 0.0)}
+    rebalancer._add_point(0, 2.0, 0.0)  # 40 samples cannot take twice the time of 32: it slowed down
+    assert rebalancer.points[0] == {40: (2.0, 0.0)}

@@ -172,7 +172,7 @@ def run_job(job: JobConfig, tune: bool, journal_dir: Path | None = None,
                     # included). Deciding the clocks first would use a fresh curve, but lock the ranks for shares
                     # that no longer hold, for a window, on every change.
                     free = policy.free_ready_s(rank_windows) if tune else [float(t) for t in ready]
-                    decision = rebalancer.decide([RankSpeed(free[r] / shares[r], float(spread[r]), n)
+                    decision = rebalancer.decide([RankSpeed(free[r], shares[r], float(spread[r]), n)
                                                   for r in range(job.gpus)])
                     if decision.recommendation is not None:
                         result.recommendations.append(decision.recommendation)

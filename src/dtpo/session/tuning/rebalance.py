@@ -2,11 +2,11 @@
 
 Built on the straggler slowdown (:class:`~dtpo.session.tuning.stragglers.StragglerCallback`), which is built on
 the slack all-gather: after every full window each rank has every rank's ready time per step, in the one
-all-gather that window already costs. Every rank turns them into seconds per sample at its free clock (its ready
-time divided by its share; for a rank whose clock the straggler policy locked, the policy's own estimate of its
-time at its free clock) and runs the same :class:`~dtpo.tune.rebalance.Rebalancer` decision on the same
-figures, so every rank arrives at the same shares with no further collective. The Session hands each rank its
-share of the next step's global batch (:class:`~dtpo.session.loop.shares.BatchShares`).
+all-gather that window already costs. Every rank takes each rank's ready time at its free clock (for a rank whose
+clock the straggler policy locked, the policy's own estimate of its time at its free clock) at the share it trained,
+and runs the same :class:`~dtpo.tune.rebalance.Rebalancer` decision on the same figures, so every rank arrives at
+the same shares with no further collective. The Session hands each rank its share of the next step's global batch
+(:class:`~dtpo.session.loop.shares.BatchShares`).
 
 With ``--tune rebalance,stragglers`` the clocks come second in the same window: the shares take what persists,
 and the slack that remains (a transient straggler, the rounding of whole samples) goes to the clocks as before.
@@ -83,7 +83,7 @@ class RebalanceCallback(StragglerCallback):
         ready = list(slack.ready_s)
         if self.policy is not None:  # the clocks' policy knows each rank's time at its free clock
             ready = self.policy.free_ready_s(self.rank_windows(slack))
-        decision = self.rebalancer.decide([RankSpeed(ready[r] / in_force[r], slack.spread[r], slack.steps)
+        decision = self.rebalancer.decide([RankSpeed(ready[r], in_force[r], slack.spread[r], slack.steps)
                                            for r in range(session.world_size)])
         if decision.recommendation is not None:
             self.recommendations.append(decision.recommendation)
