@@ -18,8 +18,9 @@ share, :mod:`dtpo.session.loop.shares`). :class:`Rebalancer` decides the shares 
   next decision;
 * the windows since the last change must **persist**: the last ``persist_windows`` of them agree for every rank
   within the noise (their range within ``noise_sigmas`` standard errors of a difference, and at least ``band``). A
-  rank whose time still moves (a transient slowdown, a straggler coming or going) keeps the line it has; before it
-  has one, nothing changes, and its slowness in the meantime is the clocks' to handle. A rank whose settled mean
+  rank whose time still moves (a transient slowdown, a straggler coming or going) keeps the line it has, and
+  before it has one counts as the typical rank (the median time per sample of all ranks); its slowness in the
+  meantime is the clocks' to handle. A rank whose settled mean
   leaves what its line (or, with one point, what any line through it) allows has changed speed: its line starts
   again from the new point;
 * the shares are the whole-sample split of the global batch that minimises the slowest rank's time under those
@@ -244,11 +245,13 @@ class Rebalancer:
         for r in range(self.world):
             if self._settled(r, means[r]):
                 self._add_point(r, means[r], errors[r])
-        lines = self.lines()
-        if any(line is None for line in lines):
-            return self._hold(recommendation)  # a rank that never settled: nothing to go on yet
-        fixed = [line[0] for line in lines if line is not None]
-        per_sample = [line[1] for line in lines if line is not None]
+        if all(not points for points in self.points):
+            return self._hold(recommendation)  # no rank settled yet: nothing to go on
+        # a rank that has not settled yet counts as the typical rank: the median time per sample of all ranks now
+        typical = (0.0, statistics.median(means[r] / self.shares[r] for r in range(self.world)))
+        lines = [line or typical for line in self.lines()]
+        fixed = [line[0] for line in lines]
+        per_sample = [line[1] for line in lines]
         low, high = self.bounds
         proposed = split_batch(self.global_batch, per_sample, low, high, fixed)
         gain = 1.0 - pace(proposed, per_sample, fixed) / pace(self.shares, per_sample, fixed)
