@@ -75,32 +75,29 @@ import argparse
 import json
 import logging
 import math
-import multiprocessing
 import os
-import queue
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_cli and straggler_dvfs, next to this file
 from bench_cli import OneLineParser  # noqa: E402
 from bench_cli import bad_flag as _bad_flag  # noqa: E402
 from rebalance_gloo import RealResult, run_real  # noqa: E402
-from straggler_dvfs import _pct  # noqa: E402
-from task_pool import scratch_root  # noqa: E402
+from straggler_dvfs import Task as StragglerTask  # noqa: E402
+from straggler_dvfs import _pct, check_jobs  # noqa: E402
+from task_pool import run_rank_steps  # noqa: E402
 
 from dtpo.core.errors import ConfigError, DtpoError, first_line
 from dtpo.simulation.job import PATTERNS, JobConfig
-from dtpo.simulation.stragglers import check_job, ideal_throughput, run_job, true_shares
+from dtpo.simulation.stragglers import ideal_throughput, run_job, true_shares
+from dtpo.workloads import get_workload
 
 log = logging.getLogger("rebalance")
 
@@ -154,7 +151,8 @@ class Options:
     verbose: bool
     real_pairs: int = 2
     real_slow: float = 2.0
-    real_steps: int = 150
+    real_steps: int = 80
+    real_workload: str = "lm"
 
     def job(self, gpus: int, case: Case, noise: float, seed: int | None = None) -> JobConfig:
         """The simulated job of one table row (``seed``: the benchmark's seed unless given)."""
@@ -233,7 +231,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--real-pairs", type=int, default=2,
                         help="pairs of real 2-rank gloo runs (untuned, rebalanced) on virtual GPUs; 0 skips them")
     parser.add_argument("--real-slow", type=float, default=2.0, help="how many times slower rank 1's GPU is there")
-    parser.add_argument("--real-steps", type=int, default=150, help="steps of each real run")
+    parser.add_argument("--real-steps", type=int, default=80, help="steps of each real run")
+    parser.add_argument("--real-workload", default="lm", help="built-in workload of the real runs")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every run (INFO)")
     args = parser.parse_args(argv)
 
@@ -245,22 +244,19 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         bad_flag(f"--real-pairs must be 0 (none) or at least 2 (the A/A control needs two), got {args.real_pairs}")
     if not (math.isfinite(args.real_slow) and args.real_slow > 1.0):
         bad_flag(f"--real-slow must be a finite number above 1, got {args.real_slow:g}")
+    try:
+        get_workload(args.real_workload)
+    except ConfigError as exc:
+        bad_flag(f"--real-workload: {exc}")
     if args.real_steps < 40:
         bad_flag(f"--real-steps must be at least 40 (the rebalancer waits three windows of 10), got "
                  f"{args.real_steps}")
     options = Options(gpus=_gpu_counts(args.gpus), cases=_cases(args.cases, args.period), noises=_noises(args.noise),
                       gpu=args.gpu, workload=args.workload, steps=args.steps, window=args.window, rank=args.rank,
                       seed=args.seed, jobs=args.jobs, json_path=args.json, verbose=args.verbose,
-                      real_pairs=args.real_pairs, real_slow=args.real_slow, real_steps=args.real_steps)
-    # every job the benchmark will run, checked before any runs (dtpo's own checks name the bad value)
-    try:
-        for gpus in options.gpus:
-            for case in options.cases:
-                for noise in options.noises:
-                    check_job(options.job(gpus, case, noise))
-        options.job(options.gpus[0], options.cases[0], options.noises[0]).model()
-    except ConfigError as exc:
-        bad_flag(str(exc))
+                      real_pairs=args.real_pairs, real_slow=args.real_slow, real_steps=args.real_steps,
+                      real_workload=args.real_workload)
+    check_jobs(options)
     return options
 
 
@@ -268,24 +264,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
 
 
 @dataclass(frozen=True)
-class Task:
-    """One simulated run: ``kind`` is one of :data:`KINDS`."""
-
-    noise: float
-    gpus: int
-    case: Case
-    kind: str
-    job: JobConfig
-
-    @property
-    def key(self) -> tuple[float, int, Case, str]:
-        """Where its result goes."""
-        return self.noise, self.gpus, self.case, self.kind
-
-    @property
-    def rank_steps(self) -> int:
-        """Its size, for the progress bar."""
-        return self.job.gpus * self.job.steps
+class Task(StragglerTask):
+    """One simulated run (:class:`straggler_dvfs.Task`): ``kind`` is one of :data:`KINDS`."""
 
     @property
     def weight(self) -> int:
@@ -319,66 +299,9 @@ def simulate(task: Task, progress: Callable[[int], None] | None = None) -> dict[
             "cpu_s": time.process_time() - cpu}
 
 
-_progress_queue: Any = None  # in a worker process: where it reports rank-steps done
-
-
-def _use_memory_for_scratch() -> None:
-    """Simulated GPUs write (and fsync) their state and knob journal on every clock lock: in ``/dev/shm`` (unless
-    ``TMPDIR`` names a place) rather than on a disk."""
-    tempfile.tempdir = scratch_root() or tempfile.tempdir
-
-
-def _init_worker(progress_queue: Any, verbose: bool) -> None:
-    global _progress_queue
-    _progress_queue = progress_queue
-    _use_memory_for_scratch()
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-
-def _simulate_in_worker(task: Task) -> dict[str, Any]:
-    gpus = task.gpus
-    return simulate(task, progress=lambda steps: _progress_queue.put(steps * gpus))
-
-
 def run_all(options: Options, tasks: list[Task]) -> dict[tuple[float, int, Case, str], dict[str, Any]]:
     """Run every task (in ``--jobs`` processes), with a progress bar on stderr."""
-    results: dict[tuple[float, int, Case, str], dict[str, Any]] = {}
-    total = sum(t.rank_steps for t in tasks)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rank-steps"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        progress_id = bar.add_task(f"simulating {len(tasks)} runs", total=total)
-        if options.jobs == 1:
-            _use_memory_for_scratch()
-            for task in tasks:
-                results[task.key] = simulate(task, lambda steps, g=task.gpus: bar.advance(progress_id, steps * g))
-            return results
-        context = multiprocessing.get_context("spawn")
-        progress_queue = context.Queue()
-
-        def drain() -> None:
-            while True:
-                try:
-                    bar.advance(progress_id, progress_queue.get_nowait())
-                except queue.Empty:
-                    return
-
-        with ProcessPoolExecutor(max_workers=min(options.jobs, len(tasks)), mp_context=context,
-                                 initializer=_init_worker, initargs=(progress_queue, options.verbose)) as pool:
-            pending: dict[Future[dict[str, Any]], Task] = {pool.submit(_simulate_in_worker, t): t for t in tasks}
-            try:
-                while pending:
-                    done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    drain()
-                    for future in done:
-                        results[pending.pop(future).key] = future.result()
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-        drain()
-        bar.update(progress_id, completed=total)
-    return results
+    return run_rank_steps(tasks, simulate, options.jobs, options.verbose)
 
 
 # -- figures and goals ----------------------------------------------------------------------------------
@@ -595,7 +518,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     real = None
     if options.real_pairs:
         try:
-            real = run_real(options.real_pairs, options.real_slow, options.real_steps,
+            real = run_real(options.real_pairs, options.real_slow, options.real_steps, options.real_workload,
                             progress=lambda what: console.print(what, style="dim"))
         except RuntimeError as exc:
             log.error("a real run failed: %s", exc)
@@ -611,7 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def report_real(console: Console, real: RealResult) -> None:
     """The real runs' table and goal lines."""
-    table = Table(title=f"dtpo train on 2 gloo ranks, rank 1's virtual GPU {real.factor:g}x slower, mlp, "
+    table = Table(title=f"dtpo train on 2 gloo ranks, rank 1's virtual GPU {real.factor:g}x slower, {real.workload}, "
                         f"{real.steps} steps (throughput partly simulated: the slow GPU's delay)")
     for header in ("mode", "seed", "samples/s", "eval loss", "final shares", "changes"):
         table.add_column(header, justify="left" if header == "mode" else "right")

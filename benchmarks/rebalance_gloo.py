@@ -1,6 +1,7 @@
 """The real-rank part of the rebalance benchmark: ``dtpo train`` on two gloo ranks, one of them slowed for good.
 
-Two CPU ranks train the built-in ``mlp`` on two virtual A40s (:mod:`dtpo.devices.virtual_nvml`, made with slow
+Two CPU ranks train the built-in ``lm`` (a small transformer: compute is most of its step, as on a GPU) on two
+virtual A40s (:mod:`dtpo.devices.virtual_nvml`, made with slow
 steps) whose GPU 1 is slowed ``factor`` times (``dtpo virtual-gpus fault --slow``): rank 1 then waits inside each
 step's compute as long as a GPU that much slower would take, a labelled delay, so its step times are partly
 simulated while everything else (gloo, DDP, the shares, the loss) is real. Each pair of runs, one without tuning
@@ -53,6 +54,7 @@ class RealResult:
     runs: list[RealRun]
     factor: float
     steps: int
+    workload: str = "lm"
 
     def of(self, mode: str) -> list[RealRun]:
         """The runs of one mode, in order."""
@@ -89,7 +91,7 @@ class RealResult:
         ]
 
 
-def run_real(pairs: int = 2, factor: float = 2.0, steps: int = 150,
+def run_real(pairs: int = 2, factor: float = 2.0, steps: int = 80, workload: str = "lm",
              progress: Callable[[str], None] | None = None) -> RealResult:
     """Run ``pairs`` pairs (untuned and rebalanced, alternating order, seed = pair index) on two virtual A40s with
     GPU 1 slowed ``factor`` times.
@@ -109,12 +111,12 @@ def run_real(pairs: int = 2, factor: float = 2.0, steps: int = 150,
             for mode in order:
                 if progress is not None:
                     progress(f"real run: {mode}, seed {pair}")
-                runs.append(_train(folder / f"{mode}-{pair}", mode, pair, steps, env))
-    return RealResult(runs, factor, steps)
+                runs.append(_train(folder / f"{mode}-{pair}", mode, pair, steps, workload, env))
+    return RealResult(runs, factor, steps, workload)
 
 
-def _train(run_dir: Path, mode: str, seed: int, steps: int, env: dict[str, str]) -> RealRun:
-    command = [sys.executable, "-m", "dtpo", "train", "--workers", "2", "--workload", "mlp", "--steps", str(steps),
+def _train(run_dir: Path, mode: str, seed: int, steps: int, workload: str, env: dict[str, str]) -> RealRun:
+    command = [sys.executable, "-m", "dtpo", "train", "--workers", "2", "--workload", workload, "--steps", str(steps),
                "--seed", str(seed), "--run-dir", str(run_dir)]
     if mode == "rebalance":
         command += ["--tune", "rebalance"]

@@ -56,25 +56,22 @@ import argparse
 import json
 import logging
 import math
-import multiprocessing
 import os
-import queue
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_cli, next to this file
 from bench_cli import OneLineParser  # noqa: E402
 from bench_cli import bad_flag as _bad_flag  # noqa: E402
+from task_pool import run_rank_steps  # noqa: E402
 
 from dtpo.core.errors import ConfigError, DtpoError, first_line
 from dtpo.simulation.job import JobConfig
@@ -201,7 +198,13 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
                       gpu=args.gpu, workload=args.workload, steps=args.steps, window=args.window,
                       period=args.period, rank=args.rank, seed=args.seed, jobs=args.jobs, json_path=args.json,
                       verbose=args.verbose)
-    # every job the benchmark will run, checked before any runs (dtpo's own checks name the bad value)
+    check_jobs(options)
+    return options
+
+
+def check_jobs(options: Any) -> None:
+    """Every job a benchmark of ``options`` (GPU counts, cases, noise levels, and ``job(gpus, case, noise)``) will
+    run, checked before any runs: a bad one ends the program in one line (dtpo's own checks name the bad value)."""
     try:
         for gpus in options.gpus:
             for case in options.cases:
@@ -210,7 +213,6 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         options.job(options.gpus[0], options.cases[0], options.noises[0]).model()
     except ConfigError as exc:
         bad_flag(str(exc))
-    return options
 
 
 # -- the runs -------------------------------------------------------------------------------------------
@@ -281,58 +283,9 @@ def simulate(task: Task, progress: Callable[[int], None] | None = None) -> dict[
             "windows": len(result.critical), "wall_s": wall_s}
 
 
-_progress_queue: Any = None  # in a worker process: where it reports rank-steps done
-
-
-def _init_worker(progress_queue: Any, verbose: bool) -> None:
-    global _progress_queue
-    _progress_queue = progress_queue
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-
-
-def _simulate_in_worker(task: Task) -> dict[str, Any]:
-    gpus = task.gpus
-    return simulate(task, progress=lambda steps: _progress_queue.put(steps * gpus))
-
-
 def run_all(options: Options, tasks: list[Task]) -> dict[tuple[float, int, Case, str], dict[str, Any]]:
     """Run every task (in ``--jobs`` processes), with a progress bar on stderr."""
-    results: dict[tuple[float, int, Case, str], dict[str, Any]] = {}
-    total = sum(t.rank_steps for t in tasks)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("rank-steps"),
-               TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        progress_id = bar.add_task(f"simulating {len(tasks)} runs", total=total)
-        if options.jobs == 1:
-            for task in tasks:
-                results[task.key] = simulate(task, lambda steps, g=task.gpus: bar.advance(progress_id, steps * g))
-            return results
-        context = multiprocessing.get_context("spawn")
-        progress_queue = context.Queue()
-
-        def drain() -> None:
-            while True:
-                try:
-                    bar.advance(progress_id, progress_queue.get_nowait())
-                except queue.Empty:
-                    return
-
-        with ProcessPoolExecutor(max_workers=min(options.jobs, len(tasks)), mp_context=context,
-                                 initializer=_init_worker, initargs=(progress_queue, options.verbose)) as pool:
-            pending: dict[Future[dict[str, Any]], Task] = {pool.submit(_simulate_in_worker, t): t for t in tasks}
-            try:
-                while pending:
-                    done, _ = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    drain()
-                    for future in done:
-                        results[pending.pop(future).key] = future.result()
-            except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-        drain()
-        bar.update(progress_id, completed=total)
-    return results
+    return run_rank_steps(tasks, simulate, options.jobs, options.verbose)
 
 
 # -- figures and goals ----------------------------------------------------------------------------------
