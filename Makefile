@@ -64,7 +64,7 @@ bench-stragglers: $(STAMP)
 
 # Uneven per-rank batches for stragglers on simulated jobs (8, 16, 64 GPUs): throughput against the ideal (the sum of
 # the ranks' speeds), against per-rank DVFS and with both; energy per sample; then real 2-rank gloo runs with one
-# virtual GPU slowed (--real-pairs 0 skips them); exit 1 on a missed goal.
+# virtual GPU slowed (--real-rounds 0 skips them); exit 1 on a missed goal.
 .PHONY: bench-rebalance
 bench-rebalance: $(STAMP)
 	$(BIN)/python benchmarks/rebalance.py

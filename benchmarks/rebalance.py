@@ -149,7 +149,7 @@ class Options:
     jobs: int
     json_path: Path | None
     verbose: bool
-    real_pairs: int = 2
+    real_rounds: int = 2
     real_slow: float = 2.0
     real_steps: int = 80
     real_workload: str = "lm"
@@ -228,8 +228,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     parser.add_argument("--seed", type=int, default=0, help="noise seed (the A/A control uses seed + 1)")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes")
     parser.add_argument("--json", type=Path, help="write every figure and the goals to this file")
-    parser.add_argument("--real-pairs", type=int, default=2,
-                        help="pairs of real 2-rank gloo runs (untuned, rebalanced) on virtual GPUs; 0 skips them")
+    parser.add_argument("--real-rounds", type=int, default=2,
+                        help="rounds of real 2-rank gloo runs (untuned, even, rebalanced); 0 skips them")
     parser.add_argument("--real-slow", type=float, default=2.0, help="how many times slower rank 1's GPU is there")
     parser.add_argument("--real-steps", type=int, default=80, help="steps of each real run")
     parser.add_argument("--real-workload", default="lm", help="built-in workload of the real runs")
@@ -240,8 +240,9 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         bad_flag(f"--seed must be >= 0, got {args.seed}")
     if args.jobs < 1:
         bad_flag(f"--jobs must be >= 1, got {args.jobs}")
-    if args.real_pairs < 0 or args.real_pairs == 1:
-        bad_flag(f"--real-pairs must be 0 (none) or at least 2 (the A/A control needs two), got {args.real_pairs}")
+    if args.real_rounds < 0 or args.real_rounds == 1:
+        bad_flag(f"--real-rounds must be 0 (none) or at least 2 (the A/A control needs two rounds), got "
+                 f"{args.real_rounds}")
     if not (math.isfinite(args.real_slow) and args.real_slow > 1.0):
         bad_flag(f"--real-slow must be a finite number above 1, got {args.real_slow:g}")
     try:
@@ -254,7 +255,7 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     options = Options(gpus=_gpu_counts(args.gpus), cases=_cases(args.cases, args.period), noises=_noises(args.noise),
                       gpu=args.gpu, workload=args.workload, steps=args.steps, window=args.window, rank=args.rank,
                       seed=args.seed, jobs=args.jobs, json_path=args.json, verbose=args.verbose,
-                      real_pairs=args.real_pairs, real_slow=args.real_slow, real_steps=args.real_steps,
+                      real_rounds=args.real_rounds, real_slow=args.real_slow, real_steps=args.real_steps,
                       real_workload=args.real_workload)
     check_jobs(options)
     return options
@@ -516,9 +517,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     goals = evaluate_goals(rows)
     console = Console(width=None if sys.stdout.isatty() else 200)
     real = None
-    if options.real_pairs:
+    if options.real_rounds:
         try:
-            real = run_real(options.real_pairs, options.real_slow, options.real_steps, options.real_workload,
+            real = run_real(options.real_rounds, options.real_slow, options.real_steps, options.real_workload,
                             progress=lambda what: console.print(what, style="dim"))
         except RuntimeError as exc:
             log.error("a real run failed: %s", exc)
@@ -543,7 +544,8 @@ def report_real(console: Console, real: RealResult) -> None:
                       "-" if run.final_shares is None else "/".join(map(str, run.final_shares)), str(run.changes))
     console.print(table)
     console.print(f"rebalance / none throughput x{real.speedup:.3f}; A/A (the untuned runs of seeds 0 and 1) "
-                  f"{real.aa:.3f}")
+                  f"{real.aa:.3f}; even: --tune rebalance --rebalance-max-share 1, the same global batches split "
+                  "evenly")
     for name, met, figure in real.goals():
         console.print(f"GOAL {'[green]met[/green]' if met else '[red]MISSED[/red]'}: {name}: {figure}")
 
