@@ -176,10 +176,6 @@ def shown_ranks(job: JobConfig, parts: Sequence[Segment]) -> list[int]:
     return sorted(keep[:MAX_RANK_ROWS - 1])
 
 
-def _mhz(value: float, pace: bool) -> str:
-    return f"{value:.0f}" + ("*" if pace else " ")
-
-
 def clock_table(run: StragglerRun) -> Table:
     """Per-rank SM clocks of the tuned run over the job, a column per stretch of steps, the pace setter marked."""
     job, tuned = run.job, run.tuned
@@ -187,7 +183,6 @@ def clock_table(run: StragglerRun) -> Table:
     ranks = shown_ranks(job, parts)
     others = sorted(set(range(job.gpus)) - set(ranks))
     clocks = np.asarray(tuned.clocks, dtype=float)
-    windows = len(tuned.critical)
     notes = [f"Columns: stretches of {_stretch(parts)} steps, from the step shown. paced: share of the "
              f"{job.window_steps}-step windows in which the rank was the slowest."]
     if others:
@@ -198,23 +193,35 @@ def clock_table(run: StragglerRun) -> Table:
     table = Table(title="per-rank slowdown: each rank's SM clock (MHz) over the job, the mean of each stretch; * set "
                         "the pace", title_justify="left", caption=" ".join(n for n in notes if n),
                   caption_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)
+    per_part = [np.asarray(p.clock_mhz, dtype=float) for p in parts]
+    _rank_rows(table, tuned, parts, ranks, others, per_part, "mean", clocks.mean(axis=0))
+    return table
+
+
+def _rank_rows(table: Table, tuned: JobResult, parts: Sequence[Segment], ranks: Sequence[int], others: Sequence[int],
+               per_part: Sequence[np.ndarray], last_name: str, last: np.ndarray) -> None:
+    """The columns and rows of a per-rank table over the job: a value per stretch of steps (``per_part``, every
+    rank's), one more column (``last_name``: ``last``, every rank's), and the share of windows each rank set the
+    pace; a row per shown rank (the pace setters bold, their stretches starred), then the mean of the others."""
+    windows = len(tuned.critical)
     table.add_column("rank", justify="right", no_wrap=True)
     for p in parts:
         table.add_column(f"{p.first_step}", justify="right", no_wrap=True)
-    table.add_column("mean", justify="right", no_wrap=True)
+    table.add_column(last_name, justify="right", no_wrap=True)
     table.add_column("paced", justify="right", no_wrap=True)
     for rank in ranks:
         paced = sum(1 for c in tuned.critical if c == rank) / windows
-        table.add_row(f"{rank}", *(_mhz(p.clock_mhz[rank], p.critical == rank) for p in parts),
-                      f"{clocks[:, rank].mean():.0f}", f"{paced:.0%}",
+        table.add_row(f"{rank}", *(_mark(float(v[rank]), p.critical == rank) for v, p in zip(per_part, parts,
+                                                                                          strict=True)),
+                      f"{last[rank]:.0f}", f"{paced:.0%}",
                       style="bold" if any(p.critical == rank for p in parts) else "")
     if others:
         group = set(others)
         paced = sum(1 for c in tuned.critical if c in group) / windows
         table.add_row(f"other {len(others)}",
-                      *(_mhz(float(np.mean([p.clock_mhz[r] for r in others])), p.critical in group) for p in parts),
-                      f"{clocks[:, others].mean():.0f}", f"{paced:.0%}", style="dim")
-    return table
+                      *(_mark(float(v[others].mean()), p.critical in group) for v, p in zip(per_part, parts,
+                                                                                              strict=True)),
+                      f"{last[others].mean():.0f}", f"{paced:.0%}", style="dim")
 
 
 def _stretch(parts: Sequence[Segment]) -> str:
@@ -377,7 +384,6 @@ def share_table(run: StragglerRun) -> Table:
     others = sorted(set(range(job.gpus)) - set(ranks))
     means = [_share_means(job, tuned, p) for p in parts]
     final = np.asarray(tuned.shares[-1], dtype=float)
-    windows = len(tuned.critical)
     batch, global_batch = run.model.batch_size, job.gpus * run.model.batch_size
     notes = [f"Columns: stretches of {_stretch(parts)} steps, from the step shown; final: the shares in force at "
              f"the end. paced: share of the {job.window_steps}-step windows in which the rank was the slowest."]
@@ -390,22 +396,7 @@ def share_table(run: StragglerRun) -> Table:
                         "(samples per step), the mean of each stretch; * set the pace", title_justify="left",
                   caption=" ".join(notes), caption_justify="left", box=box.SIMPLE_HEAD, collapse_padding=True,
                   pad_edge=False)
-    table.add_column("rank", justify="right", no_wrap=True)
-    for p in parts:
-        table.add_column(f"{p.first_step}", justify="right", no_wrap=True)
-    table.add_column("final", justify="right", no_wrap=True)
-    table.add_column("paced", justify="right", no_wrap=True)
-    for rank in ranks:
-        paced = sum(1 for c in tuned.critical if c == rank) / windows
-        table.add_row(f"{rank}", *(_mark(m[rank], p.critical == rank) for m, p in zip(means, parts, strict=True)),
-                      f"{final[rank]:.0f}", f"{paced:.0%}",
-                      style="bold" if any(p.critical == rank for p in parts) else "")
-    if others:
-        group = set(others)
-        paced = sum(1 for c in tuned.critical if c in group) / windows
-        table.add_row(f"other {len(others)}",
-                      *(_mark(float(m[others].mean()), p.critical in group) for m, p in zip(means, parts, strict=True)),
-                      f"{final[others].mean():.0f}", f"{paced:.0%}", style="dim")
+    _rank_rows(table, tuned, parts, ranks, others, means, "final", final)
     return table
 
 
