@@ -91,7 +91,7 @@ from bench_cli import OneLineParser  # noqa: E402
 from bench_cli import bad_flag as _bad_flag  # noqa: E402
 from rebalance_gloo import RealResult, run_real  # noqa: E402
 from straggler_dvfs import Task as StragglerTask  # noqa: E402
-from straggler_dvfs import _pct, check_jobs  # noqa: E402
+from straggler_dvfs import _pct, check_jobs, gpu_counts, list_flag, noise_levels  # noqa: E402
 from task_pool import run_rank_steps  # noqa: E402
 
 from dtpo.core.errors import ConfigError, DtpoError, first_line
@@ -167,32 +167,9 @@ def bad_flag(message: str) -> NoReturn:
     _bad_flag(PROG, message)
 
 
-def _parts(text: str, flag: str) -> list[str]:
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts:
-        bad_flag(f"{flag}: expected a comma-separated list, got {text!r}")
-    return parts
-
-
-def _gpu_counts(text: str) -> tuple[int, ...]:
-    try:
-        counts = [int(part) for part in _parts(text, "--gpus")]
-    except ValueError:
-        bad_flag(f"--gpus: expected comma-separated whole numbers, e.g. 8,16,64, got {text!r}")
-    return tuple(dict.fromkeys(counts))
-
-
-def _noises(text: str) -> tuple[float, ...]:
-    try:
-        values = [float(part) for part in _parts(text, "--noise")]
-    except ValueError:
-        bad_flag(f"--noise: expected comma-separated numbers (relative std, e.g. 0.01,0.03), got {text!r}")
-    return tuple(dict.fromkeys(values))
-
-
 def _cases(text: str, period: int) -> tuple[Case, ...]:
     cases = []
-    for part in _parts(text, "--cases"):
+    for part in list_flag(text, "--cases", bad_flag):
         fields = [f.strip() for f in part.split(":")]
         if len(fields) not in (2, 3):
             bad_flag(f"--cases: expected PATTERN:FACTOR[:PERIOD] (e.g. static:1.5, intermittent:1.5:40), got {part!r}")
@@ -252,7 +229,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
     if args.real_steps < 40:
         bad_flag(f"--real-steps must be at least 40 (the rebalancer waits three windows of 10), got "
                  f"{args.real_steps}")
-    options = Options(gpus=_gpu_counts(args.gpus), cases=_cases(args.cases, args.period), noises=_noises(args.noise),
+    options = Options(gpus=gpu_counts(args.gpus, bad_flag), cases=_cases(args.cases, args.period),
+                      noises=noise_levels(args.noise, bad_flag),
                       gpu=args.gpu, workload=args.workload, steps=args.steps, window=args.window, rank=args.rank,
                       seed=args.seed, jobs=args.jobs, json_path=args.json, verbose=args.verbose,
                       real_rounds=args.real_rounds, real_slow=args.real_slow, real_steps=args.real_steps,

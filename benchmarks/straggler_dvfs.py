@@ -134,32 +134,35 @@ def bad_flag(message: str) -> NoReturn:
     _bad_flag(PROG, message)
 
 
-def _parts(text: str, flag: str) -> list[str]:
+def list_flag(text: str, flag: str, fail: Callable[[str], NoReturn]) -> list[str]:
+    """The comma-separated parts of a flag's value (``fail``: one line and exit 2 where there are none)."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
-        bad_flag(f"{flag}: expected a comma-separated list, got {text!r}")
+        fail(f"{flag}: expected a comma-separated list, got {text!r}")
     return parts
 
 
-def _gpu_counts(text: str) -> tuple[int, ...]:
+def gpu_counts(text: str, fail: Callable[[str], NoReturn]) -> tuple[int, ...]:
+    """``--gpus``: distinct whole numbers, in the order given."""
     try:
-        counts = [int(part) for part in _parts(text, "--gpus")]
+        counts = [int(part) for part in list_flag(text, "--gpus", fail)]
     except ValueError:
-        bad_flag(f"--gpus: expected comma-separated whole numbers, e.g. 8,16,64, got {text!r}")
+        fail(f"--gpus: expected comma-separated whole numbers, e.g. 8,16,64, got {text!r}")
     return tuple(dict.fromkeys(counts))
 
 
-def _noises(text: str) -> tuple[float, ...]:
+def noise_levels(text: str, fail: Callable[[str], NoReturn]) -> tuple[float, ...]:
+    """``--noise``: distinct numbers, in the order given."""
     try:
-        values = [float(part) for part in _parts(text, "--noise")]
+        values = [float(part) for part in list_flag(text, "--noise", fail)]
     except ValueError:
-        bad_flag(f"--noise: expected comma-separated numbers (relative std, e.g. 0.01,0.03), got {text!r}")
+        fail(f"--noise: expected comma-separated numbers (relative std, e.g. 0.01,0.03), got {text!r}")
     return tuple(dict.fromkeys(values))
 
 
 def _cases(text: str) -> tuple[Case, ...]:
     cases = []
-    for part in _parts(text, "--cases"):
+    for part in list_flag(text, "--cases", bad_flag):
         pattern, sep, factor = part.partition(":")
         if not sep:
             bad_flag(f"--cases: expected PATTERN:FACTOR (e.g. static:1.2), got {part!r}")
@@ -194,7 +197,8 @@ def parse_options(argv: Sequence[str] | None = None) -> Options:
         bad_flag(f"--seed must be >= 0, got {args.seed}")
     if args.jobs < 1:
         bad_flag(f"--jobs must be >= 1, got {args.jobs}")
-    options = Options(gpus=_gpu_counts(args.gpus), cases=_cases(args.cases), noises=_noises(args.noise),
+    options = Options(gpus=gpu_counts(args.gpus, bad_flag), cases=_cases(args.cases),
+                      noises=noise_levels(args.noise, bad_flag),
                       gpu=args.gpu, workload=args.workload, steps=args.steps, window=args.window,
                       period=args.period, rank=args.rank, seed=args.seed, jobs=args.jobs, json_path=args.json,
                       verbose=args.verbose)

@@ -248,19 +248,30 @@ def _energy(joules: float) -> str:
     return f"{joules / 1e3:,.1f} kJ" if abs(joules) >= 1e4 else f"{joules:,.0f} J"
 
 
-def result_table(run: StragglerRun, data: dict[str, Any]) -> Table:
-    """No tuning against per-rank slowdown, then the saving, the slowdown and the bloat recovered."""
-    base, tuned, bloat = data["no_tuning"], data["per_rank_slowdown"], data["bloat"]
+def _against_no_tuning(tuned: str) -> Table:
+    """An empty result table: a row label, no tuning, and the tuned run (``tuned``: its column heading)."""
     table = Table(title="result (simulated)", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("", justify="left", no_wrap=True)
     table.add_column("no tuning", justify="right", no_wrap=True)
-    table.add_column("per-rank slowdown", justify="right", no_wrap=True)
-    table.add_row("time", f"{base['time_s']:,.1f} s", f"{tuned['time_s']:,.1f} s")
+    table.add_column(tuned, justify="right", no_wrap=True)
+    return table
+
+
+def _energy_rows(table: Table, base: dict[str, Any], tuned: dict[str, Any]) -> None:
+    """Energy, average power, energy per sample and the share spent waiting, of both runs."""
     table.add_row("energy", _energy(base["energy_j"]), _energy(tuned["energy_j"]))
     table.add_row("average power", f"{base['average_power_w']:,.1f} W/GPU", f"{tuned['average_power_w']:,.1f} W/GPU")
     table.add_row("energy per sample", f"{_digits4(base['joules_per_sample'])} J",
                   f"{_digits4(tuned['joules_per_sample'])} J")
     table.add_row("energy spent waiting", f"{base['wait_energy_share']:.1%}", f"{tuned['wait_energy_share']:.1%}")
+
+
+def result_table(run: StragglerRun, data: dict[str, Any]) -> Table:
+    """No tuning against per-rank slowdown, then the saving, the slowdown and the bloat recovered."""
+    base, tuned, bloat = data["no_tuning"], data["per_rank_slowdown"], data["bloat"]
+    table = _against_no_tuning("per-rank slowdown")
+    table.add_row("time", f"{base['time_s']:,.1f} s", f"{tuned['time_s']:,.1f} s")
+    _energy_rows(table, base, tuned)
     table.add_section()
     table.add_row("energy saved", "", f"{_energy(data['energy_saved_j'])} ({data['energy_saved_share']:.1%})",
                   style="bold green" if data["energy_saved_j"] > 0 else "")
@@ -432,18 +443,11 @@ def rebalance_table(run: StragglerRun, data: dict[str, Any]) -> Table:
     """No tuning against the rebalanced run: time, throughput (also as a share of the ideal), energy; then the
     throughput gained, the ideal, the gap to it closed, the energy saved and the share changes."""
     base, tuned = data["no_tuning"], data["rebalanced"]
-    table = Table(title="result (simulated)", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("", justify="left", no_wrap=True)
-    table.add_column("no tuning", justify="right", no_wrap=True)
-    table.add_column("rebalance" + (" + per-rank slowdown" if run.clocks else ""), justify="right", no_wrap=True)
+    table = _against_no_tuning("rebalance" + (" + per-rank slowdown" if run.clocks else ""))
     table.add_row("time", f"{base['time_s']:,.1f} s", f"{tuned['time_s']:,.1f} s")
     table.add_row("throughput", f"{base['samples_per_s']:,.1f} samples/s", f"{tuned['samples_per_s']:,.1f} samples/s")
     table.add_row("of the ideal", f"{base['ideal_share']:.1%}", f"{tuned['ideal_share']:.1%}")
-    table.add_row("energy", _energy(base["energy_j"]), _energy(tuned["energy_j"]))
-    table.add_row("average power", f"{base['average_power_w']:,.1f} W/GPU", f"{tuned['average_power_w']:,.1f} W/GPU")
-    table.add_row("energy per sample", f"{_digits4(base['joules_per_sample'])} J",
-                  f"{_digits4(tuned['joules_per_sample'])} J")
-    table.add_row("energy spent waiting", f"{base['wait_energy_share']:.1%}", f"{tuned['wait_energy_share']:.1%}")
+    _energy_rows(table, base, tuned)
     table.add_section()
     table.add_row("throughput gained", "", f"{data['throughput_gain_share']:+.1%}",
                   style="bold green" if data["throughput_gain_share"] > 0 else "")

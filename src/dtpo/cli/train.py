@@ -117,7 +117,7 @@ def check_framework(config: RunConfig) -> RunConfig:
         if value != default:
             raise ConfigError(f"{flag_name} {value} needs dtpo.Session, which trains the PyTorch workloads: drop it "
                               f"with --framework {framework}")
-    if config.tune.job_knobs or config.tune.stragglers or config.tune.rebalance:
+    if config.tune.needs_session:
         raise ConfigError(f"--tune {config.tune.knob} needs dtpo.Session, which trains the PyTorch workloads; "
                           f"with --framework {framework} dtpo tunes the GPU knobs (power-limit, sm-clock)")
     return config.replace(workload={"name": "mlp"})

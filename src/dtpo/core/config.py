@@ -229,6 +229,12 @@ class TuneConfig(Section):
         return self.knob in ("rebalance", REBALANCE_BOTH)
 
     @property
+    def needs_session(self) -> bool:
+        """Whether the tuning needs dtpo.Session's marks and switches (job knobs, stragglers, rebalance), not only
+        step ends."""
+        return bool(self.job_knobs) or self.stragglers or self.rebalance
+
+    @property
     def job_knobs(self) -> tuple[str, ...]:
         """The job knobs named by ``knob`` (empty for GPU knobs or no tuning)."""
         if self.knob is None or self.knob in TUNE_CHOICES:

@@ -91,7 +91,7 @@ class StepReporter(StreamProducer):
                                       flush_every=flush_every),
                 energy=energy if isinstance(energy, EnergyConfig) else EnergyConfig(enabled=bool(energy)),
                 knobs=knobs or KnobConfig(), tune=tune or TuneConfig())
-        if run_config.tune.job_knobs or run_config.tune.stragglers or run_config.tune.rebalance:
+        if run_config.tune.needs_session:
             raise ConfigError(f"--tune {run_config.tune.knob} needs dtpo.Session (its step marks and switches); "
                               "a StepReporter tunes GPU knobs only (power-limit, sm-clock)")
         self.run_config = run_config
