@@ -165,3 +165,19 @@ def test_steps_without_counted_samples_give_a_step_rate_not_zero_throughput() ->
     totals = compute_totals([RankRecord(0, 0, "n", "cpu", steps=steps)])
     assert totals["throughput"].value is None
     assert "DTPO_SAMPLES_PER_STEP" in totals["throughput"].note and "10 steps/s" in totals["throughput"].note
+
+
+def test_a_silent_rank_says_what_ended_it_where_the_launcher_knows() -> None:
+    from dtpo.core.totals import SILENT_RANK, record_from_partials
+
+    def partial(rank: int, status: str, error: str | None) -> RunRecord:
+        return RunRecord("r", status, "2025-01-01T00:00:00+00:00", error=error,
+                         ranks=[RankRecord(rank, rank, "n", "cpu", steps=[step(0, 0.0, 0.1, 0.01)], error=error)])
+
+    killed = "out of memory (the kernel's OOM killer ended it at the limit of memory cgroup /job)"
+    partials = [partial(0, "failed", "interrupted by SIGTERM"), partial(1, "running", None),
+                partial(2, "running", None)]
+    record = record_from_partials("unused", "failed", "rank 1 was killed by SIGKILL: " + killed, partials,
+                                  rank_errors={1: killed})
+    assert record is not None
+    assert [r.error for r in record.ranks] == ["interrupted by SIGTERM", killed, SILENT_RANK]

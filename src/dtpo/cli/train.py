@@ -189,6 +189,7 @@ def launch_training(config: RunConfig, run_dir: Path) -> LaunchOutcome:
         argv += ["--backend", config.launch.backend]
     if config.launch.max_restarts:
         argv += ["--max-restarts", str(config.launch.max_restarts)]
+    argv += ["--stall-factor", repr(config.launch.stall_factor), "--stall-floor", repr(config.launch.stall_floor)]
     agent_path = None
     framework = config.workload.framework
     if framework == "torch":

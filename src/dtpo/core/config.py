@@ -50,6 +50,8 @@ REBALANCE_BOTH = "rebalance,stragglers"  # uneven batches for what persists, slo
 # stragglers: each waiting rank slows its own GPU; rebalance: each rank's share of the global batch follows its speed
 TUNE_CHOICES: tuple[str, ...] = (*TUNE_KNOBS, "stragglers", "rebalance", REBALANCE_BOTH)
 JOB_KNOBS: tuple[str, ...] = ("precision", "grad-accum", "compression")  # job knobs, tuned in this order
+ON_ERROR_STOP = "stop"
+CHECKPOINT_ERROR_ACTIONS: tuple[str, ...] = ("warn", ON_ERROR_STOP)  # what a checkpoint that cannot be written does
 
 MAX_STEPS = 10**9
 MAX_BATCH_SIZE = 2**20
@@ -58,6 +60,12 @@ MAX_WORKERS = 1024
 ENGINES = ("torchrun", "ray")
 MAX_SEED = 2**63 - 1
 MAX_RESTARTS = 1000
+STALL_FACTOR = 20.0
+"""A rank stalls after this many median step times without progress (the launcher's default)."""
+STALL_FLOOR_S = 300.0
+"""... and never before this many seconds."""
+MIN_STALL_FLOOR_S = 3.0
+"""The shortest floor: a rank's heartbeat must be able to miss a few beats before it counts as stopped."""
 _DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -300,10 +308,19 @@ class LaunchConfig(Section):
     max_restarts: int = field(default=0, metadata=flag("--max-restarts"))
     """Restart the workers up to N times when one fails (torchrun's elastic restarts); with --checkpoint-every
     they resume from the newest complete checkpoint."""
+    stall_factor: float = field(default=STALL_FACTOR, metadata=flag("--stall-factor"))
+    """Name and stop a rank that makes no progress for N median step times (and at least --stall-floor seconds),
+    instead of letting the others wait for the collective's timeout; with --max-restarts the group restarts
+    (0: off)."""
+    stall_floor: float = field(default=STALL_FLOOR_S, metadata=flag("--stall-floor"))
+    """Never count a rank as stalled before this many seconds without progress (raise it when checkpoints or
+    evaluations between steps take longer)."""
 
     def __post_init__(self) -> None:
         self._int("workers", 1, MAX_WORKERS)
         self._int("max_restarts", 0, MAX_RESTARTS)
+        self._float("stall_factor", minimum=0.0)
+        self._float("stall_floor", minimum=MIN_STALL_FLOOR_S)
         self._choice("engine", ENGINES)
         self._check_type("ray_address", str, True)
         if self.ray_address is not None and (not self.ray_address.strip() or self.engine != "ray"):
@@ -362,6 +379,9 @@ class CheckpointConfig(Section):
     async_save: bool = field(default=False, metadata=flag("--checkpoint-async"))
     """Write checkpoints in the background (torch.distributed.checkpoint.async_save): training waits only while
     the state is copied."""
+    on_error: str = field(default="warn", metadata=flag("--on-checkpoint-error"))
+    """What a checkpoint that cannot be written (a full disk) does: warn (its partial folder is removed, the
+    previous complete checkpoint stays the newest, training goes on) or stop (the run ends with one line)."""
     resume: str | None = field(default=None, metadata=flag("--resume"))
     """Resume from a checkpoint: latest (the newest complete one in --checkpoint-dir), a checkpoint folder
     (.../step-000120) or a directory of them (its newest complete one). Restarted workers (--max-restarts)
@@ -381,6 +401,7 @@ class CheckpointConfig(Section):
             raise self._fail("dir", "must name a directory, got an empty string")
         self._int("keep", 1, 10_000)
         self._bool("async_save")
+        self._choice("on_error", CHECKPOINT_ERROR_ACTIONS)
         if self.resume is True:  # type: ignore[comparison-overlap]  # resume = true in a TOML file
             self.resume = "latest"
         self._check_type("resume", str, True)

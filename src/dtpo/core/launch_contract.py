@@ -34,6 +34,7 @@ BACKEND_ENV = "DTPO_BACKEND"
 AGENT_ENV = "DTPO_AGENT"
 FRAMEWORK_ENV = "DTPO_FRAMEWORK"
 COORDINATOR_PORT_ENV = "DTPO_COORDINATOR_PORT"
+HEARTBEAT_DIR_ENV = "DTPO_HEARTBEAT_DIR"
 _TRUE, _FALSE = ("1", "true", "yes"), ("", "0", "false", "no")
 
 
@@ -56,6 +57,8 @@ class LaunchContract:
             the same ``sitecustomize`` prepares each worker as that framework needs (:mod:`dtpo.frameworks`).
         coordinator_port: The port of the framework's own coordinator (JAX's, on rank 0's node; TensorFlow's
             workers take this port plus their local rank), where the user chose it; else a free one is taken.
+        heartbeat_dir: Where each worker writes its heartbeat for the launcher of its node, which watches for a
+            rank that stopped (:mod:`dtpo.distributed.stall`); ``None``: nobody watches.
     """
 
     config: Path | None = None
@@ -68,6 +71,7 @@ class LaunchContract:
     agent: bool = False
     framework: str | None = None
     coordinator_port: int | None = None
+    heartbeat_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.framework is not None and self.framework not in FRAMEWORKS:
@@ -82,7 +86,7 @@ class LaunchContract:
             raise ConfigError(f"{BACKEND_ENV}={self.backend!r} is not a backend (choose from: {', '.join(BACKENDS)})")
         if self.launcher is not None and (not self.launcher.strip() or "\n" in self.launcher):
             raise ConfigError(f"{LAUNCHER_ENV}={self.launcher!r} is not a launcher name")
-        for name in ("config", "run_dir", "run_root", "run_pointer"):
+        for name in ("config", "run_dir", "run_root", "run_pointer", "heartbeat_dir"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, Path):
                 object.__setattr__(self, name, Path(value))
@@ -111,7 +115,8 @@ class LaunchContract:
 
 _NAMES = {"config": CONFIG_ENV, "launched": LAUNCHED_ENV, "launcher": LAUNCHER_ENV, "run_dir": RUN_DIR_ENV,
           "run_root": RUN_ROOT_ENV, "run_pointer": RUN_POINTER_ENV, "backend": BACKEND_ENV,
-          "agent": AGENT_ENV, "framework": FRAMEWORK_ENV, "coordinator_port": COORDINATOR_PORT_ENV}
+          "agent": AGENT_ENV, "framework": FRAMEWORK_ENV, "coordinator_port": COORDINATOR_PORT_ENV,
+          "heartbeat_dir": HEARTBEAT_DIR_ENV}
 ENVIRON_NAMES: tuple[str, ...] = tuple(_NAMES.values())
 """The variables of the contract, in field order."""
 

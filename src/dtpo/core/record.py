@@ -33,7 +33,7 @@ SCHEMA = "dtpo.run/2"
 READABLE_SCHEMAS = ("dtpo.run/1", SCHEMA)
 RECORD_FILE = "record.json"
 RANK_DIR = "ranks"
-STATUSES = ("running", "completed", "failed", "interrupted", "diverged")
+STATUSES = ("running", "completed", "failed", "interrupted", "diverged", "stalled")
 
 
 @dataclass
@@ -123,6 +123,9 @@ class RankRecord:
             for it, ``async``), in order; empty without checkpoints.
         evaluation: The trained model's loss on a fixed evaluation set (``loss``, ``samples``), the same for
             every rank; ``None`` when the script did not evaluate (see :meth:`dtpo.Session.note_evaluation`).
+        bookkeeping_s_per_step: dtpo bookkeeping per step: the CPU seconds the Session spent in its own code per
+            measured step (see ``dtpo.session.loop.bookkeeping``); ``None`` where not counted (records written
+            before it existed, producers other than the Session, runs with no counted step).
     """
 
     rank: int
@@ -141,6 +144,7 @@ class RankRecord:
     model: dict[str, Any] | None = None
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     evaluation: dict[str, Any] | None = None
+    bookkeeping_s_per_step: float | None = None
 
     _SECTIONS: ClassVar[tuple[str, ...]] = ("knobs", "tuning", "slack")
 
@@ -169,6 +173,8 @@ class RankRecord:
             del out["checkpoints"]
         if self.evaluation is None:  # nor do those of scripts that do not evaluate
             del out["evaluation"]
+        if self.bookkeeping_s_per_step is None:  # nor those of producers that do not count it
+            del out["bookkeeping_s_per_step"]
         return out
 
     @classmethod
@@ -197,7 +203,7 @@ class Restart:
 
     Attributes:
         attempt: The attempt's number (0 for the first).
-        status: How it ended: ``"failed"``, ``"interrupted"`` or ``"diverged"``.
+        status: How it ended: ``"failed"``, ``"interrupted"``, ``"diverged"`` or ``"stalled"``.
         error: The first real error of that attempt (not the SIGTERM the survivors received), if known.
         steps: Optimizer steps it completed (its furthest rank, when the restart filled ``reached_step``; else
             its slowest rank), if known.
@@ -328,7 +334,8 @@ class RunRecord:
     Attributes:
         run_id: Name of the run (its directory name by default).
         status: One of :data:`STATUSES`: ``"completed"``, ``"failed"``, ``"interrupted"`` (SIGINT/SIGTERM),
-            ``"diverged"`` (the loss became NaN or infinite) or ``"running"``.
+            ``"diverged"`` (the loss became NaN or infinite), ``"stalled"`` (the launcher stopped a rank that made
+            no progress) or ``"running"``.
         started_at: ISO-8601 UTC start time.
         finished_at: ISO-8601 UTC end time, if finished.
         config: The run's configuration (Session and workload settings).

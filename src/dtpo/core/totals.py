@@ -240,7 +240,8 @@ def _mfu(ranks: list[RankRecord], per_rank: list[list[StepRecord]], walls: list[
 
 
 def record_from_partials(run_dir: str | os.PathLike[str], status: str, error: str | None,
-                         partials: list[RunRecord] | None = None) -> RunRecord | None:
+                         partials: list[RunRecord] | None = None,
+                         rank_errors: dict[int, str] | None = None) -> RunRecord | None:
     """Assemble a run record from the partial records the ranks of this node left behind.
 
     Used when a run did not end with rank 0 writing ``record.json`` (a worker crashed or was killed), so
@@ -251,12 +252,14 @@ def record_from_partials(run_dir: str | os.PathLike[str], status: str, error: st
         status: The run's status.
         error: The run's error, if known (else the first rank's).
         partials: The latest attempt's partial records, when the caller already read them.
+        rank_errors: What ended some ranks, by rank, where the launcher knows better than their own records (a
+            rank the OOM killer ended left no word: "out of memory (...)" instead of :data:`SILENT_RANK`).
     """
     if partials is None:
         partials = load_partial_records(run_dir)
     if not partials:
         return None
-    mark_silent_ranks(partials)
+    mark_silent_ranks(partials, rank_errors)
     first = partials[0]
     record = RunRecord(first.run_id, status, first.started_at,
                        finished_at=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
@@ -271,12 +274,17 @@ def record_from_partials(run_dir: str | os.PathLike[str], status: str, error: st
 SILENT_RANK = "stopped without writing its end (killed: SIGKILL, out of memory, or its node was lost)"
 
 
-def mark_silent_ranks(partials: list[RunRecord]) -> None:
+def mark_silent_ranks(partials: list[RunRecord], known: dict[int, str] | None = None) -> None:
     """A rank whose partial record still says ``running`` after its attempt ended was killed before it could
-    write anything: say so on its rank record instead of leaving it looking alive."""
+    write anything: say so on its rank record instead of leaving it looking alive, with what ended it where that is
+    ``known`` (by rank: the launcher saw the OOM killer end it), else :data:`SILENT_RANK`. A known cause replaces a
+    rank's own words too (an allocation error becomes "out of memory: ...")."""
+    known = known or {}
     for partial in partials:
-        if partial.status == "running":
-            for rank in partial.ranks:
+        for rank in partial.ranks:
+            if rank.rank in known:
+                rank.error = known[rank.rank]
+            elif partial.status == "running":
                 rank.error = rank.error or SILENT_RANK
 
 

@@ -30,12 +30,16 @@ from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 from torch.distributed.elastic.rendezvous import registry as rdzv_registry
 from torch.distributed.elastic.rendezvous.api import RendezvousError
+from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
 from dtpo.core.errors import LaunchError, first_line, signal_name
 from dtpo.core.files import default_run_root, is_writable_dir
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.distributed.launch_args import apply_rdzv_timeout
+from dtpo.distributed.node_beats import NodeBeats
+from dtpo.distributed.oom import MemoryWatch, out_of_memory_words
 from dtpo.distributed.run_dir import LAUNCHER_LOG, is_empty_run, prepare_run_dir, remove_empty_run
+from dtpo.distributed.stall import Stall, StallPolicy, StallWatch
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,8 @@ class LaunchOutcome:
         recorded: False when the run directory held nothing once the workers ended (a script without
             ``dtpo.Session``, or workers that failed before measuring); the empty directory is removed.
         launcher: What started and restarted the workers: ``"torchrun"``, or ``"Ray Train"`` (``--engine ray``).
+        stalls: The ranks of this node the launcher stopped for making no progress, at most one per attempt
+            (:attr:`stall`: the last attempt's).
     """
 
     run_dir: Path | None
@@ -75,6 +81,18 @@ class LaunchOutcome:
     attempt_errors: tuple[str, ...] = ()
     recorded: bool = True
     launcher: str = "torchrun"
+    stalls: tuple[Stall, ...] = ()
+
+    @property
+    def stall(self) -> Stall | None:
+        """Why the run ended, where a rank of this node made no progress and was stopped (``message`` says it)."""
+        if not self.failed or self.interrupted:
+            return None
+        return next((stall for stall in self.stalls if stall.attempt == self.restarts), None)
+
+    def stall_of(self, attempt: int) -> Stall | None:
+        """The stall that ended ``attempt``, if one did."""
+        return next((stall for stall in self.stalls if stall.attempt == attempt), None)
 
     @property
     def interrupted(self) -> bool:
@@ -118,11 +136,13 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
         where = {"run_dir": run_dir}
         log_path = run_dir / LAUNCHER_LOG
     agent = agent_path is not None and not args.no_agent
+    heartbeats = Path(tempfile.mkdtemp(prefix="dtpo-heartbeats-"))
     framework = getattr(args, "framework", "torch")
     framework = None if framework == "torch" else framework
     contract = LaunchContract(config=config or inherited.config, launched=True,
                               backend=args.backend or inherited.backend, agent=agent, framework=framework,
-                              coordinator_port=getattr(args, "coordinator_port", None), **where)
+                              coordinator_port=getattr(args, "coordinator_port", None), heartbeat_dir=heartbeats,
+                              **where)
     env = contract.to_environ()
     if agent_path is not None and (agent or framework is not None):  # the framework's set-up needs it too
         env["PYTHONPATH"] = os.pathsep.join([str(agent_path), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -131,9 +151,10 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
     apply_rdzv_timeout(args)
     endpoint = torchrun.get_rdzv_endpoint(args) if not args.standalone else "localhost:0"
     watcher = _AgentWatcher()
+    stalls = StallWatch(heartbeats, StallPolicy(args.stall_factor, args.stall_floor), nodes=_node_beats(args))
     failed, message, signum = False, None, None
     try:
-        with worker_environment(env), _agent_logs(log_path, watcher), _signals_raise():
+        with worker_environment(env), _agent_logs(log_path, watcher), _signals_raise(), stalls, MemoryWatch():
             torchrun.run(args)
     except ChildFailedError as exc:
         failed, message = True, _describe_failures(exc)
@@ -142,17 +163,31 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
     except KeyboardInterrupt:
         signum = int(signal.SIGINT)
     except (RendezvousError, TimeoutError, ConnectionError) as exc:
-        where = _after_failed_rendezvous(log_path, run_dir, existed)
-        raise LaunchError(f"rendezvous at {endpoint} did not complete within {args.rdzv_timeout:g} s "
-                          f"({_first_line(exc)}): are all {args.nnodes} nodes started and able to reach it?"
-                          f"{where}") from None
+        if not stalls.saw_workers:
+            where = _after_failed_rendezvous(log_path, run_dir, existed)
+            raise LaunchError(f"rendezvous at {endpoint} did not complete within {args.rdzv_timeout:g} s "
+                              f"({_first_line(exc)}): are all {args.nnodes} nodes started and able to reach it?"
+                              f"{where}") from None
+        failed, message = True, f"lost the rendezvous store at {endpoint} after the workers started: " + \
+            _first_line(exc)
     except RuntimeError as exc:
         # DistNetworkError and DistStoreError (the store could not be reached) are RuntimeErrors.
-        if type(exc).__name__.startswith("Dist"):
+        if not type(exc).__name__.startswith("Dist"):
+            raise
+        if not stalls.saw_workers:
             where = _after_failed_rendezvous(log_path, run_dir, existed)
             raise LaunchError(f"could not reach the rendezvous endpoint {endpoint} within "
                               f"{args.rdzv_timeout:g} s: {_first_line(exc)}{where}") from None
-        raise
+        failed, message = True, f"lost the rendezvous store at {endpoint} after the workers started: " + \
+            _first_line(exc)
+    except OSError as exc:  # socket.gaierror: the rendezvous host's name does not resolve
+        where = _after_failed_rendezvous(log_path, run_dir, existed)
+        raise LaunchError(f"rendezvous at {endpoint}: {exc.strerror or _first_line(exc)}{where}") from None
+    finally:
+        shutil.rmtree(heartbeats, ignore_errors=True)
+    attempt_errors = [_stall_or(stalls, attempt, error) for attempt, error in enumerate(watcher.attempt_errors)]
+    if failed:
+        message = _stall_or(stalls, watcher.restarts, message)
     if signum is not None:
         failed, message = True, f"interrupted by {signal_name(signum)}"
     if agree:
@@ -167,8 +202,23 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
     if not root_existed:  # the default root this launch created, if nothing stayed in it
         with contextlib.suppress(OSError):
             run_root.rmdir()
-    return LaunchOutcome(run_dir, failed, message, signum, watcher.restarts, tuple(watcher.attempt_errors),
-                         recorded)
+    return LaunchOutcome(run_dir, failed, message, signum, watcher.restarts, tuple(attempt_errors), recorded,
+                         stalls=tuple(stalls.stalls))
+
+
+def _node_beats(args: argparse.Namespace) -> NodeBeats | None:
+    """The launchers' beats to each other through the rendezvous store, in a job of several nodes."""
+    _, max_nodes = torchrun.parse_min_max_nnodes(args.nnodes)
+    if args.standalone or max_nodes < 2:
+        return None
+    host, port = parse_rendezvous_endpoint(torchrun.get_rdzv_endpoint(args), default_port=29400)
+    return NodeBeats(f"{host}:{port}", args.rdzv_id)
+
+
+def _stall_or(stalls: StallWatch, attempt: int, error: str | None) -> str | None:
+    """The stall of ``attempt`` in words, where the watch stopped it; else the error torchrun saw."""
+    stall = next((stall for stall in stalls.stalls if stall.attempt == attempt), None)
+    return stall.describe() if stall is not None else error
 
 
 def _restarts_possible(args: argparse.Namespace) -> bool:
@@ -409,7 +459,8 @@ def _signals_raise() -> Iterator[None]:
 
 
 def _describe_failures(exc: ChildFailedError) -> str:
-    """One line naming the first real failure: not the SIGTERM torchrun sent the surviving ranks."""
+    """One line naming the first real failure: not the SIGTERM torchrun sent the surviving ranks; a rank that ran out
+    of memory (the OOM killer's SIGKILL, a failed allocation) says so."""
     failures = list(exc.failures.items())
     if not failures:
         return f"the workers failed: {_first_line(exc)}"
@@ -417,8 +468,9 @@ def _describe_failures(exc: ChildFailedError) -> str:
     rank, first = min(real, key=lambda item: item[1].timestamp)  # ties keep torchrun's order (first seen first)
     text = f"rank {rank} {_exit_words(first.exitcode)}"
     reported = _reported_error(first.message) if first.error_file_data else ""
-    if reported:
-        text += f": {reported}"
+    memory = out_of_memory_words(first.pid, first.exitcode, reported)  # the OOM killer's SIGKILL, a failed allocation
+    if memory or reported:
+        text += f": {memory or reported}"
     others = len(failures) - 1
     if others:
         text += f" (then {others} other rank{'s' if others > 1 else ''} stopped)"

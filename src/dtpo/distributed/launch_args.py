@@ -17,9 +17,10 @@ from torch.distributed import run as torchrun
 from torch.distributed.elastic.rendezvous.api import rendezvous_handler_registry
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 
-from dtpo.core.config import BACKENDS, JOB_KNOBS, KNOB_MODES, TUNE_KNOBS
+from dtpo.core.config import BACKENDS, JOB_KNOBS, KNOB_MODES, STALL_FACTOR, STALL_FLOOR_S, TUNE_KNOBS
 from dtpo.core.errors import ConfigError, LaunchError
 from dtpo.core.frameworks import FRAMEWORKS, computes_on, require
+from dtpo.distributed.stall import check_stall_flags
 
 DEFAULT_RDZV_TIMEOUT_S = 300.0
 MAX_RDZV_TIMEOUT_S = 30 * 24 * 3600.0
@@ -58,6 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--rdzv-timeout", type=float, default=DEFAULT_RDZV_TIMEOUT_S,
                        help="Seconds to wait for all nodes to join before giving up "
                        f"(default: {DEFAULT_RDZV_TIMEOUT_S:g}).")
+    group.add_argument("--stall-factor", type=float, default=STALL_FACTOR, metavar="N",
+                       help="Name and stop a rank that makes no progress for N median step times (and at least "
+                       "--stall-floor seconds) instead of letting the others wait for the collective's timeout; "
+                       f"with --max-restarts the group restarts (default: {STALL_FACTOR:g}; 0: off).")
+    group.add_argument("--stall-floor", type=float, default=STALL_FLOOR_S, metavar="SECONDS",
+                       help="Never count a rank as stalled before this many seconds without progress (default: "
+                       f"{STALL_FLOOR_S:g}; raise it when checkpoints or evaluations between steps take "
+                       "longer).")
     group.add_argument("--no-agent", action="store_true",
                        help="Do not measure the script's steps with dtpo's in-process agent (on by default: it "
                        "counts optimizer steps, batches and DDP communication of an unmodified PyTorch script).")
@@ -116,6 +125,7 @@ def _validate(args: argparse.Namespace) -> None:
         raise LaunchError(f"--node-rank must be in 0..{max_nodes - 1} with --nnodes {args.nnodes}, "
                           f"got {args.node_rank}")
     _validate_rdzv_conf(args.rdzv_conf)
+    check_stall_flags(args.stall_factor, args.stall_floor)
     if args.run_dir is not None and not str(args.run_dir).strip():
         raise LaunchError("--run-dir must name a directory, got an empty string")
     _validate_entrypoint(args)

@@ -31,7 +31,7 @@ from dtpo.session.loop.divergence import DivergedError
 
 log = logging.getLogger(__name__)
 
-STATUSES = ("running", "completed", "failed", "interrupted", "diverged")
+STATUSES = ("running", "completed", "failed", "interrupted", "diverged", "stalled")
 
 
 class Interrupted(BaseException):  # noqa: N818 - a signal, not an error

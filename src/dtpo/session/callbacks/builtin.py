@@ -5,6 +5,7 @@ report) when no launcher writes them."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -15,8 +16,10 @@ from dtpo.core.record import RankRecord, RunRecord, StepRecord
 from dtpo.core.steps import RunView, Window
 from dtpo.devices import virtual_nvml
 from dtpo.devices.discovery import discover
+from dtpo.distributed.heartbeat import HeartbeatWriter
 from dtpo.distributed.process_group import DistContext
 from dtpo.session.callbacks.energy import EnergyCallback
+from dtpo.session.callbacks.heartbeat import HeartbeatCallback
 from dtpo.session.callbacks.slowdown import NOTE, SlowdownCallback, slowed_gpu
 from dtpo.session.tuning.gpu_knobs import KnobCallback, rank_gpus
 from dtpo.session.tuning.job_knobs import JobTuneCallback
@@ -31,8 +34,8 @@ log = logging.getLogger(__name__)
 
 def builtin_callbacks(config: RunConfig, ctx: DistContext, progress: bool,
                       clock: Callable[[], float] = time.perf_counter) -> tuple[list[Callback], EnergyCallback | None]:
-    """The callbacks that come before the user's: knobs first (restored before anything else at the end), then
-    a tuner, energy, progress and live metrics.
+    """The callbacks that come before the user's: the heartbeat to the launcher (where one watches), knobs
+    (restored before anything else at the end), then a tuner, energy, progress and live metrics.
 
     Args:
         config: The run's configuration.
@@ -44,6 +47,10 @@ def builtin_callbacks(config: RunConfig, ctx: DistContext, progress: bool,
         The callbacks in call order, and the energy callback among them (``None`` when energy is off).
     """
     out: list[Callback] = []
+    heartbeat_dir = LaunchContract.from_environ().heartbeat_dir
+    if heartbeat_dir is not None:
+        attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0) or 0)
+        out.append(HeartbeatCallback(HeartbeatWriter(heartbeat_dir, ctx.rank, ctx.local_rank, attempt)))
     # GPUs are looked for where the rank computes on one, or where virtual GPUs stand in for them (a CPU run
     # whose GPU figures are simulated: DTPO_VIRTUAL_GPUS)
     cuda = ctx.device.type == "cuda" or virtual_nvml.requested() is not None

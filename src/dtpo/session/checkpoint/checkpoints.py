@@ -19,7 +19,10 @@ model's fingerprint, the size of every file, dtpo and torch versions, time). Eve
 writes the marker and renames the folder. A folder without a marker, with a file missing or of another size
 than the marker says, is never resumed from; one DCP cannot read is skipped for the previous complete one
 with a warning. Older complete checkpoints are removed beyond ``keep``, each renamed away before it is
-deleted, so an interrupt at any moment leaves the newest complete checkpoint usable.
+deleted, so an interrupt at any moment leaves the newest complete checkpoint usable. A save that fails (a full
+disk) is removed at once; the previous complete checkpoint stays the newest, each rank's record notes the error
+under its ``checkpoints``, and training goes on with a warning or, with ``--on-checkpoint-error stop``, ends
+with :class:`CheckpointError`.
 
 Resuming (``--resume``, or a restarted worker under ``--max-restarts``) happens when the first
 ``Session.batches`` call starts: the chosen checkpoint is checked against this run (same model fingerprint,
@@ -49,8 +52,8 @@ from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 
-from dtpo.core.config import CheckpointConfig
-from dtpo.core.errors import ConfigError, first_line
+from dtpo.core.config import ON_ERROR_STOP, CheckpointConfig
+from dtpo.core.errors import ConfigError, DtpoError, first_line
 from dtpo.core.record import write_json_atomic
 from dtpo.core.steps import RunView
 from dtpo.distributed.process_group import DistContext
@@ -63,6 +66,7 @@ from dtpo.session.checkpoint.files import (
     checkpoint_path,
     checkpoint_root,
     choose_checkpoints,
+    complete_checkpoints,
     prune,
     remove_checkpoint,
 )
@@ -147,7 +151,7 @@ class Checkpoints:
         self._next_save: int | None = None
         self._mark = (0, time.perf_counter())  # (step, clock) the step-time estimate counts from
         self._paced = False
-        self._pending: tuple[Any, Path, int] | None = None
+        self._pending: tuple[Any, Path, int, dict[str, Any]] | None = None  # future, folder, step, record entry
         self._group: Any = None
         if config.every is None:
             return
@@ -324,7 +328,12 @@ class Checkpoints:
         return max(1, round(seconds / max(step_s, 1e-6)))
 
     def save(self, session: Checkpointed) -> None:
-        """Save a checkpoint of the current step now (every rank together, between optimizer steps)."""
+        """Save a checkpoint of the current step now (every rank together, between optimizer steps).
+
+        A save that fails (a full disk: ``ENOSPC``) leaves the previous complete checkpoint as the newest: the
+        partial folder is removed, the rank's record notes the error, and training goes on with a warning, or
+        stops with :class:`CheckpointError` under ``--on-checkpoint-error stop``.
+        """
         assert session.model is not None and self.root is not None
         started = time.perf_counter()
         self._poll(block=True)  # one save at a time
@@ -340,20 +349,24 @@ class Checkpoints:
                     "time_s": self._before["time_s"] + float(figures[:, 1].max())}
         state: dict[str, Stateful] = {"train": TrainState(session.model, self.optimizers),
                                       f"rank{self.ctx.rank}": RankState(self._rank_state(session, progress))}
+        entry: dict[str, Any] = {"step": step, "blocked_s": 0.0, "async": self.config.async_save}
+        session.rank_record.checkpoints.append(entry)
+        problem = None
         try:
             if self.config.async_save:
                 with _single_process_quiet():
                     response = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._group,
                                               no_dist=not self.ctx.distributed)
-                self._pending = (getattr(response, "upload_completion", response), tmp, step)
+                self._pending = (getattr(response, "upload_completion", response), tmp, step, entry)
             else:
                 with _single_process_quiet():
                     dcp.save(state, checkpoint_id=str(tmp), no_dist=not self.ctx.distributed)
                 self._complete(tmp, step)
         except (Exception, CheckpointException) as exc:  # noqa: BLE001 - DCP raises on every rank alike
             _raise_interrupt(exc)
-            log.error("checkpoint of step %d failed (%s); training goes on, the previous complete checkpoint "
-                      "stays the newest", step, describe_failure(exc))
+            problem = self._describe(exc)
+        if not self.config.async_save:  # completing is rank 0's: every rank learns how the save ended
+            problem = self._first_problem(problem)
         every, seconds = self.config.interval
         self._mark = (step, time.perf_counter())
         if seconds is not None:
@@ -361,8 +374,9 @@ class Checkpoints:
             self._next_save = step + self._steps_per(seconds, float(figures[:, 2].max()))
         elif every is not None:
             self._next_save = (step // every + 1) * every
-        session.rank_record.checkpoints.append({"step": step, "blocked_s": time.perf_counter() - started,
-                                                "async": self.config.async_save})
+        entry["blocked_s"] = time.perf_counter() - started
+        if problem is not None:
+            self._failed(tmp, entry, problem, stop=self.config.on_error == ON_ERROR_STOP)
 
     def _rank_state(self, session: Checkpointed, progress: dict[str, Any]) -> dict[str, Any]:
         own = session.state_dict()
@@ -401,33 +415,63 @@ class Checkpoints:
         """Complete the background save if it is done (or, with ``block``, once it is)."""
         if self._pending is None or not (block or self._pending[0].done()):
             return
+        _, tmp, _, entry = self._pending
         try:
             self._wait()
         except (Exception, CheckpointException) as exc:  # noqa: BLE001
             _raise_interrupt(exc)
-            log.error("background checkpoint failed (%s); training goes on", describe_failure(exc))
+            self._failed(tmp, entry, self._describe(exc), stop=self.config.on_error == ON_ERROR_STOP)
 
     def _wait(self, timeout: float | None = None) -> None:
         """Wait for the background save under way (at most ``timeout`` seconds), then complete it."""
         if self._pending is None:
             return
-        future, tmp, step = self._pending
+        future, tmp, step, _ = self._pending
         self._pending = None
         future.result(timeout=timeout)
         self._complete(tmp, step)
 
     def close(self, error: BaseException | None = None) -> None:
         """At the end of the run, complete a background save. After an error, give it a few seconds only: a
-        peer may be gone, and the save's last gather would never end. A save that fails is only a warning here
-        (the previous complete checkpoint stays the newest); the run's record matters more."""
+        peer may be gone, and the save's last gather would never end. A save that fails is only a warning here,
+        whatever ``--on-checkpoint-error`` says (the run has ended; the previous complete checkpoint stays the
+        newest, and the rank's record notes the error)."""
         if self._pending is None:
             return
+        _, tmp, _, entry = self._pending
         try:
             self._wait(timeout=None if error is None else _CLOSE_WAIT_S)
         except (Exception, CheckpointException) as exc:  # noqa: BLE001
-            log.warning("the checkpoint being written when the run ended was not completed (%s)",
-                        describe_failure(exc))
+            self._failed(tmp, entry, self._describe(exc), stop=False)
         self._pending = None
+
+    def _newest(self) -> CheckpointInfo | None:
+        """The newest complete checkpoint: the one this run completed last, else the newest on disk."""
+        assert self.root is not None
+        return self.saved or next(iter(complete_checkpoints(self.root, warn=False)), None)
+
+    def _describe(self, exc: BaseException) -> str:
+        """One line for a failed save, saying where the disk is full (read before the partial folder is removed:
+        torch's writer reports a full disk as ``unexpected pos ...``, not as ``ENOSPC``)."""
+        assert self.root is not None
+        return describe_failure(exc) + _full_disk_note(self.root, self._newest())
+
+    def _failed(self, tmp: Path, entry: dict[str, Any], problem: str, stop: bool) -> None:
+        """A save that did not complete: rank 0 removes its partial folder, the record notes the error and the
+        checkpoint that stays the newest (``entry``'s ``error`` and ``kept``), then a warning, or with ``stop``
+        :class:`CheckpointError`."""
+        if self.ctx.rank == 0 and tmp.exists():
+            remove_checkpoint(tmp)
+        newest = self._newest()
+        kept = newest.path.name if newest is not None else None
+        entry.update(error=problem, kept=kept)
+        message = (f"checkpoint of step {entry['step']} failed ({problem}); its partial folder was removed and "
+                   + (f"{kept} stays the newest complete checkpoint" if kept is not None
+                      else "there is no complete checkpoint yet"))
+        if stop:
+            raise CheckpointError(f"{message}; training stops (--on-checkpoint-error stop)")
+        if self.ctx.rank == 0:
+            log.warning("%s; training goes on (--on-checkpoint-error stop ends the run instead)", message)
 
     # -- helpers -------------------------------------------------------------------------------------------
 
@@ -455,10 +499,24 @@ class Checkpoints:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def _first_problem(self, problem: str | None) -> str | None:
+        """The first rank's ``problem`` of those that met one (``None`` when none did), on every rank."""
+        if not self.ctx.distributed:
+            return problem
+        problems: list[str | None] = [None] * self.ctx.world_size
+        dist.all_gather_object(problems, problem)
+        return next((p for p in problems if p is not None), None)
+
     def _agree(self, problem: str | None) -> None:
         problem = self._shared(problem)
         if problem is not None:
             raise ConfigError(problem)
+
+
+class CheckpointError(DtpoError):
+    """A checkpoint could not be written and ``--on-checkpoint-error stop`` ends the run (exit code 1)."""
+
+    exit_code = 1
 
 
 def describe_failure(exc: BaseException) -> str:
@@ -467,6 +525,21 @@ def describe_failure(exc: BaseException) -> str:
         rank, (inner, _) = min(exc.failures.items())
         return f"rank {rank}: {type(inner).__name__}: {first_line(str(inner))}"
     return f"{type(exc).__name__}: {first_line(str(exc))}"
+
+
+def _full_disk_note(root: Path, newest: CheckpointInfo | None) -> str:
+    """``"; the disk is full (...)"`` when the file system of ``root`` has less room left than the newest complete
+    checkpoint takes, else ``""``."""
+    if newest is None:
+        return ""
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return ""
+    size = sum(newest.files.values())
+    if free >= size:
+        return ""
+    return f"; the disk is full ({free / 2**20:.1f} MiB free in {root}, a checkpoint takes {size / 2**20:.1f} MiB)"
 
 
 def _raise_interrupt(exc: BaseException) -> None:
