@@ -69,6 +69,12 @@ bench-stragglers: $(STAMP)
 bench-rebalance: $(STAMP)
 	$(BIN)/python benchmarks/rebalance.py
 
+# The power-swing report against the truth of simulated jobs with step phases (8 to 4,096 GPUs), and the what-if
+# table; exit 1 when a figure is off by more than 5 %.
+.PHONY: bench-power-swing
+bench-power-swing: $(STAMP)
+	$(BIN)/python benchmarks/power_swing.py
+
 # Step time with the Prometheus exporter, run store and traces on against off (paired, A/A control); exit 1 above 1.01.
 bench-telemetry: $(STAMP)
 	$(BIN)/python benchmarks/telemetry_overhead.py

@@ -89,7 +89,7 @@ def figure_ids(page: str) -> set[str]:
 
 def test_a_run_report_draws_every_figure_inline(one_run: str) -> None:
     assert figure_ids(one_run) == {"run-1-breakdown", "run-1-step-time", "run-1-power", "run-1-energy-sources",
-                                   "run-1-job-tuning"}
+                                   "run-1-job-tuning", "run-1-swing-plot"}
     assert one_run.startswith("<!DOCTYPE html>") and "<?xml" not in one_run and "<!DOCTYPE svg" not in one_run
     for heading in ("Key figures", "Contents", "Where the step time went", "Power and energy", "Tuning",
                     "Configuration and environment", "About these figures"):

@@ -38,6 +38,7 @@ from dtpo.telemetry.report.markup import (
     tag,
 )
 from dtpo.telemetry.report.plots import MAX_POWER_PANELS, breakdown_svg, energy_svg, power_svg, step_time_svg
+from dtpo.telemetry.report.swing import power_swing_part
 from dtpo.telemetry.summary import rebalance_advice, rebalance_summary, straggler_summary, tuning_summary
 
 KEY_TOTALS = (("throughput", "throughput"), ("step time (median)", "step_time_s"), ("MFU", "mfu"),
@@ -154,6 +155,7 @@ def _energy_part(page: Page, data: RunData, sid: str, level: int) -> list[Html]:
                               "device (node-shared devices are counted once per node)."))
         if record.energy.lost:
             out.append(para("Energy lost: " + "; ".join(f"{k}: {v}" for k, v in record.energy.lost.items())))
+    out += power_swing_part(page, data, sid, level + 1)
     return out
 
 
