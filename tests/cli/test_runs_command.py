@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import dtpo_cli, run_cli
@@ -172,6 +173,47 @@ def test_simulate_writes_its_run_dir_and_registers_it(tmp_path: Path, capsys: py
     assert run.figures["joules_per_sample"].estimated and run.figures["joules_per_sample"].value > 0
     code, out, err = run_cli(["simulate", "--steps", "10", "--run-dir", str(run_dir), "--store", str(store)], capsys)
     assert "already holds a result" in one_line_error(code, out, err)
+
+
+def test_a_tuning_simulation_is_listed_as_simulated_with_its_choice(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    store, run_dir = tmp_path / "s.sqlite", tmp_path / "sim"
+    code, _, err = run_cli(["simulate", "--steps", "200", "--gpus", "2", "--tune", "power-limit", "--cost", "zeus:0.5",
+                            "--run-dir", str(run_dir), "--store", str(store)], capsys)
+    assert code == 0, err
+    result = json.loads((run_dir / "simulate.json").read_text())["result"]
+    chosen = f"{result['choice']['power_limit_w']:g} W"
+    code, out, err = run_cli(["runs", "list", "--store", str(store)], capsys)
+    assert code == 0, err
+    row = next(line for line in out.splitlines() if "sim" in line and "simulate" in line)
+    assert f"choice {chosen} (cost {result['choice_cost']:,.4g} J/sample, zeus:0.5)" in row
+    assert row.rstrip(" │").split("│")[-2].strip().endswith("(simulated)") and "estimated" not in row
+    assert "(simulated): from dtpo simulate's model" in out
+    code, out, _ = run_cli(["runs", "show", "sim", "--store", str(store)], capsys)
+    assert code == 0 and f"{result['choice']['power_limit_w']:g} W (simulated)" in out and "(estimated)" not in out
+
+
+def test_headlines_name_the_setting_and_mark_what_a_model_gave() -> None:
+    from dtpo.cli.runs import headline
+    from dtpo.telemetry.store.figures import record_facts, simulate_facts
+    from dtpo.telemetry.store.rows import StoredRun
+
+    def stored(kind: str, facts: Any) -> StoredRun:
+        return StoredRun("r", "r", kind, "completed", "/r", figures=facts.figures)
+
+    tuned = simulate_facts({"knob": "both", "cost": "energy", "result": {
+        "choice": {"power_limit_w": 300.0, "sm_clock_mhz": 1410}, "choice_cost": 2.5, "job_cost": 90.0,
+        "default_job_cost": 100.0}})
+    assert headline(stored("simulate", tuned)) == ("choice 300 W, SM 1410 MHz (cost 2.5 J/sample, energy), job cost "
+                                                   "vs default -10.00% (simulated)")
+    del tuned.figures["choice.power_limit_w"]  # a row stored before the store kept the setting
+    assert headline(stored("simulate", tuned)).startswith("choice cost 2.5 J/sample, energy, ")
+    setting = {"joules_per_sample": 2.0, "samples_per_s": 50.0, "power_limit_w": 200.0}
+    sweep = simulate_facts({"baseline": setting, "results": [setting, {**setting, "joules_per_sample": 1.5,
+                                                                       "power_limit_w": 150.0}]})
+    assert headline(stored("simulate", sweep)) == "energy-optimal 150 W: 1.5 J/sample (simulated)"
+    trained = record_facts(record("t", 100.0))
+    assert headline(stored("train", trained)) == "100 samples/s, 0.1 J/sample (estimated)"  # measured: unmarked
 
 
 def test_simulate_and_plan_default_to_runs_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

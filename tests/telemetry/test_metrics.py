@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import multiprocessing
 import os
 import socket
@@ -181,3 +182,18 @@ def test_a_port_taken_after_the_check_raises_oserror_from_the_server(tmp_path: P
         with pytest.raises(OSError):
             MetricsServer(directory).start("127.0.0.1", holder.getsockname()[1])
     assert not (directory / ENDPOINT_FILE).exists()
+
+
+def test_the_endpoint_listens_on_loopback_unless_the_flag_names_a_host(tmp_path: Path) -> None:
+    from dtpo.core.config import RunConfig
+
+    assert RunConfig().telemetry.metrics_addr is None  # no endpoint at all without --metrics-addr
+    directory = prepare_metrics_dir_path(tmp_path)
+    for flag, host in (("0", "127.0.0.1"), (":0", "127.0.0.1"), ("0.0.0.0:0", "0.0.0.0")):
+        server = MetricsServer(directory)
+        url = server.start(*check_metrics_addr(flag))  # the address the socket was bound to
+        try:
+            assert url.startswith(f"http://{host}:"), flag
+            assert json.loads((directory / ENDPOINT_FILE).read_text())["host"] == host
+        finally:
+            server.stop()

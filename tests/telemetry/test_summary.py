@@ -65,6 +65,24 @@ def test_an_unknown_mfu_says_why_and_energy_says_not_measured() -> None:
     assert "MFU unknown: rank 0 came out at" in text and "energy" in text and "not measured" in text
 
 
+def test_the_mfu_says_when_its_peak_was_measured_under_load_or_again() -> None:
+    assert "MFU peak" not in render(record())  # a peak measured (or cached) on a quiet machine: nothing to say
+    for note in ("cached from 2026-01-01T00:00:00+00:00: best of float32 mm 256x256 on 2 thread(s); measured under "
+                 "load (load average 3.5 on 2 CPUs)",
+                 "measured now: best of float32 mm 512x512 on 2 thread(s); re-measured: the cached peak (20.0 GFLOP/s, "
+                 "measured 2026-01-01T00:00:00+00:00) was below a quick check (40.0 GFLOP/s)"):
+        run = record()
+        for rank in run.ranks:
+            rank.peak_flops = Measurement(1e10, "FLOP/s", "measured", note)
+        lines = render(finalize(run)).splitlines()
+        mfu = next(i for i, line in enumerate(lines) if line.lstrip().startswith("MFU "))
+        under = lines[mfu + 1].strip()  # right under the MFU, the whole note
+        assert under.startswith(f"MFU peak: {note}")
+        assert under.endswith("so the MFU may read high") is ("under load (" in note)
+    run.ranks[1].peak_flops = Measurement(1e10, "FLOP/s", "measured", "measured now: ...; measured under load (x)")
+    assert "(and 1 other rank note(s))" in render(finalize(run))
+
+
 def test_scaling_rows_and_table_from_typed_records() -> None:
     records = {1: record(1, step_s=0.1), 2: record(2, step_s=0.125)}
     rows = scaling_rows(records)

@@ -2,7 +2,8 @@
 
 Every ``dtpo train``, ``bench``, ``simulate`` and ``plan`` registers its result in the project's run store
 (``runs/dtpo.sqlite``; ``--store`` names another). The run directories' JSON stays the source of truth:
-``dtpo runs reindex`` rebuilds the store from it. An estimated figure is always shown as estimated.
+``dtpo runs reindex`` rebuilds the store from it. A figure from a model is always marked: "simulated" for
+``dtpo simulate``'s, "estimated" for any other model's (a plan, energy without a hardware counter).
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from rich.table import Table
 
 from dtpo.core.errors import ConfigError
 from dtpo.telemetry.store.database import RunStore
-from dtpo.telemetry.store.figures import Figure
+from dtpo.telemetry.store.figures import SIMULATED_NOTE, Figure
 from dtpo.telemetry.store.paths import StoreMissing, store_path
 from dtpo.telemetry.store.query import Comparison, FigureDiff
 from dtpo.telemetry.store.reindex import reindex
 from dtpo.telemetry.store.rows import StoredRun
 from dtpo.telemetry.summary import format_value, make_console
+from dtpo.tune.cost import parse_cost
+from dtpo.tune.setting import GpuSetting
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 HELP = ("The run store: every train, bench, simulate and plan run, listed, shown, compared and exported "
@@ -43,28 +46,54 @@ HEADLINES = {
     "train": ("throughput", "energy_per_sample_j", "mfu"),
     "tune": ("throughput", "energy_per_sample_j", "mfu"),
     "simulate": ("joules_per_sample", "energy_optimal.joules_per_sample", "energy_saved_share", "choice_cost",
-                 "samples_per_s"),
+                 "job_cost_vs_default", "samples_per_s"),
 }
 """The figures the list shows for each kind (bench and plan: their largest worker / GPU count's)."""
-STATUS_STYLE = {"completed": "green", "running": "yellow", "failed": "red", "diverged": "red", "interrupted": "magenta"}
+STATUS_STYLE = {"completed": "green", "running": "yellow", "failed": "red", "diverged": "red", "stalled": "red",
+                "interrupted": "magenta"}
 
 
 def _open(store: str | None) -> RunStore | None:
     """The store, or ``None`` when there is none at the path yet."""
     try:
-        return RunStore.open(store, create=False)
+        return RunStore.open(store, create=False, write=False)
     except StoreMissing:
         return None
 
 
-def _figure_text(item: Figure | None) -> str:
+def origin(item: Figure) -> str:
+    """How a figure's origin is marked: ``simulated`` (``dtpo simulate``'s model), ``estimated`` (any other model)
+    or nothing (measured or derived from measurements)."""
+    if not item.estimated:
+        return ""
+    return "simulated" if item.note == SIMULATED_NOTE else "estimated"
+
+
+def _figure_text(item: Figure | None, marked: bool = True) -> str:
+    """The figure's value and unit, with its origin in brackets unless ``marked`` is false."""
     if item is None:
         return "-"
-    return format_value(item.as_measurement())
+    text = format_value({"value": item.value, "unit": item.unit})
+    mark = origin(item) if marked else ""
+    return f"{text} ({mark})" if mark else text
+
+
+SETTING_FIGURES = {"choice_cost": ("choice", "choice {setting} (cost {value})"),
+                   "energy_optimal.joules_per_sample": ("energy_optimal", "energy-optimal {setting}: {value}")}
+"""Figures shown with the GPU setting they belong to: the prefix of the setting's figures and the text."""
+
+
+def setting_label(run: StoredRun, prefix: str) -> str | None:
+    """The GPU setting stored as ``PREFIX.power_limit_w`` (and ``PREFIX.sm_clock_mhz``), e.g. ``225 W``."""
+    power, clock = run.figures.get(f"{prefix}.power_limit_w"), run.figures.get(f"{prefix}.sm_clock_mhz")
+    if power is None or power.value is None:
+        return None
+    return GpuSetting(power.value, None if clock is None or clock.value is None else int(clock.value)).label
 
 
 def headline(run: StoredRun, limit: int = 2) -> str:
-    """A few key figures of a run for the list, with units and estimated marks."""
+    """A few key figures of a run for the list, with units and their origin: each estimated one marked, and a
+    simulation's marked once as simulated; a tuning simulation's choice shown as the setting with its cost."""
     names = list(HEADLINES.get(run.kind, ()))
     if run.kind == "bench" and run.workers:
         names = [f"throughput@{run.workers}w", f"scaling_efficiency@{run.workers}w",
@@ -72,12 +101,30 @@ def headline(run: StoredRun, limit: int = 2) -> str:
     elif run.kind == "plan" and run.workers:
         names = [f"throughput@{run.workers}gpu", f"joules_per_sample@{run.workers}gpu"]
     picked = [run.figures[n] for n in names if n in run.figures and run.figures[n].value is not None][:limit]
-    return ", ".join(_label(f.name) + _figure_text(f) for f in picked) or "-"
+    simulated = bool(picked) and all(origin(f) == "simulated" for f in picked)
+    texts = []
+    for item in picked:
+        value = _cost_text(item) if item.name == "choice_cost" else _figure_text(item, marked=not simulated)
+        prefix, shown = SETTING_FIGURES.get(item.name, ("", ""))
+        setting = setting_label(run, prefix) if prefix else None
+        texts.append(shown.format(setting=setting, value=value) if setting else _label(item.name) + value)
+    return ", ".join(texts) + (" (simulated)" if simulated else "") or "-"
+
+
+def _cost_text(item: Figure) -> str:
+    """A tuning simulation's cost per sample: its unit is the cost metric's name (``zeus:0.5``), so show the metric's
+    own unit with the name after it (``0.7574 J/sample, zeus:0.5``)."""
+    try:
+        unit = parse_cost(item.unit).unit
+    except ConfigError:
+        return _figure_text(item, marked=False)
+    return f"{format_value({'value': item.value, 'unit': unit})}, {item.unit}"
 
 
 LABELS = {"throughput": "", "energy_per_sample_j": "", "joules_per_sample": "", "samples_per_s": "", "mfu": "MFU ",
           "scaling_efficiency": "efficiency ", "energy_optimal.joules_per_sample": "energy-optimal ",
-          "energy_saved_share": "energy saved ", "choice_cost": "choice "}
+          "energy_saved_share": "energy saved ", "choice_cost": "choice cost ",
+          "job_cost_vs_default": "job cost vs default "}
 
 
 def _label(name: str) -> str:
@@ -93,7 +140,8 @@ def _time(text: str | None) -> str:
 def list_table(runs: list[StoredRun], title: str) -> Table:
     """The runs, newest first: id, kind, status, start, workload, workers, steps, key figures, directory."""
     table = Table(title=title, title_justify="left",
-                  caption="(estimated): from a model (no hardware counter, a simulation or a plan), not measured",
+                  caption="(simulated): from dtpo simulate's model of the GPUs; (estimated): from another model "
+                          "(energy without a hardware counter, a plan); neither is measured",
                   caption_justify="left")
     for name in ("id", "kind", "status", "started (UTC)", "workload", "workers", "steps", "key figures", "run dir"):
         table.add_column(name, no_wrap=name in ("id", "started (UTC)"),
@@ -213,16 +261,16 @@ def compare_table(comparison: Comparison) -> Table:
     """Each figure of two runs side by side with the absolute and the relative difference (B - A)."""
     a, b = comparison.a, comparison.b
     table = Table(title=f"A: {escape(a.id)} ({a.kind}, {a.status})  vs  B: {escape(b.id)} ({b.kind}, {b.status})",
-                  title_justify="left", caption="difference: B - A; (estimated): from a model, not measured",
-                  caption_justify="left")
+                  title_justify="left", caption="difference: B - A; (simulated), (estimated): from a model, not "
+                                                 "measured", caption_justify="left")
     for name in ("figure", "A", "B", "B - A", "relative"):
         table.add_column(name, justify="left" if name == "figure" else "right", no_wrap=True)
     for item in comparison.figures:
         rel = item.relative
+        marks = {origin(f) for f in (item.a, item.b) if f is not None} - {""}
+        mark = "" if item.difference is None or not marks else "simulated" if marks == {"simulated"} else "estimated"
         table.add_row(escape(item.name), escape(_figure_text(item.a)), escape(_figure_text(item.b)),
-                      escape(_signed(item)) + (" (estimated)" if item.estimated and item.difference is not None
-                                               else ""),
-                      "-" if rel is None else f"{rel:+.1%}")
+                      escape(_signed(item)) + (f" ({mark})" if mark else ""), "-" if rel is None else f"{rel:+.1%}")
     return table
 
 

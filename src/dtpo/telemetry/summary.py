@@ -140,10 +140,30 @@ def totals_table(record: RunRecord) -> Table:
     mfu = t.get("mfu")
     if mfu is not None and mfu.value is None and mfu.note:
         rows.insert(rows.index(("MFU", "n/a")) + 1, ("", f"[dim]MFU unknown: {mfu.note}[/dim]"))
+    caveat = peak_caveat(record)
+    if caveat:
+        high = "; a peak measured under load is low, so the MFU may read high" if PEAK_CAVEATS[0] in caveat else ""
+        rows.insert([name for name, _ in rows].index("MFU") + 1, ("", f"[dim]MFU peak: {escape(caveat)}{high}[/dim]"))
     rows += energy_rows(record) + restart_rows(record)
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+PEAK_CAVEATS = ("measured under load", "re-measured")
+"""Words in a peak's note (:mod:`dtpo.session.loop.mfu` writes them) that the summary repeats under the MFU: the
+peak was measured while other work kept the CPUs busy (so the MFU may read high), or a cached peak a quick check
+beat was measured again."""
+
+
+def peak_caveat(record: RunRecord) -> str | None:
+    """The note of a rank's peak that was measured under load or re-measured, if any (the first such; the
+    ranks of a node share one cache, so their notes mostly agree)."""
+    notes = sorted({r.peak_flops.note for r in record.ranks
+                    if r.peak_flops is not None and any(word in r.peak_flops.note for word in PEAK_CAVEATS)})
+    if not notes:
+        return None
+    return notes[0] + (f" (and {len(notes) - 1} other rank note(s))" if len(notes) > 1 else "")
 
 
 def knob_summary(record: RunRecord) -> str | None:

@@ -10,6 +10,13 @@ Concurrency: the database is in WAL mode, every connection waits up to :data:`TI
 (``busy_timeout``), every write is one short ``BEGIN IMMEDIATE`` transaction on a connection of its own, so
 runs that register at the same time never lose a row.
 
+Sharing: a store is as private or as shared as its file mode says. dtpo creates it as an ordinary ``open()``
+would (``0o666`` less the umask; SQLite alone would give ``0o644``), never changes the mode of one that exists,
+and SQLite gives the ``-wal`` and ``-shm`` files beside it the store's mode. A user who may only read the store
+(:func:`~dtpo.telemetry.store.paths.write_problem`) reads it through an immutable read-only connection, which
+creates no file beside it: a ``-wal`` such a reader left behind would belong to them and stop the owner's
+writes. Such a reader sees the store as of its last checkpoint and settles no row.
+
 A row says ``running`` from the start of a run until its end. When the process that registered it is gone
 (same host, its pid dead or reused) the row is settled whenever the store is read: from the run directory's
 record if the run got to write one, else as ``failed`` with :data:`KILLED_ERROR` - a run killed with SIGKILL
@@ -25,6 +32,7 @@ import os
 import socket
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +50,7 @@ from dtpo.telemetry.store.paths import (
     now_iso,
     reindex_hint,
     store_path,
+    write_problem,
 )
 from dtpo.telemetry.store.query import Comparison, FigureDiff, config_differences, filter_sql
 from dtpo.telemetry.store.rows import COLUMNS, StoredRun
@@ -94,22 +103,27 @@ class RunStore:
     Args:
         path: The database file.
         timeout_s: How long to wait for another process's lock.
+        read_only: Read it without locks and create nothing beside it (a store this user may read but not
+            write); every write fails.
     """
 
-    def __init__(self, path: Path, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(self, path: Path, timeout_s: float = TIMEOUT_S, read_only: bool = False) -> None:
         self.path = Path(path)
         self.timeout_s = timeout_s
+        self.read_only = read_only
 
     # -- opening --------------------------------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, *, create: bool = True,
+    def open(cls, path: str | os.PathLike[str] | None = None, *, create: bool = True, write: bool = True,
              timeout_s: float = TIMEOUT_S) -> RunStore:
         """Open (and with ``create``, create) the store: WAL mode, the schema, its version checked.
 
         Args:
             path: The database file; ``None`` for ``runs/dtpo.sqlite`` in the working directory.
             create: Create the file (and its folder) if missing; else raise :class:`StoreMissing`.
+            write: Whether the caller writes; without it, a store this user may read but not write is opened
+                read-only (see the module docstring).
             timeout_s: How long to wait for another process's lock.
 
         Raises:
@@ -117,22 +131,22 @@ class RunStore:
             CorruptStore: The file is not a readable dtpo run store.
             StoreMissing: No file and ``create`` is false.
         """
-        target = check_store_path(path)
+        target = check_store_path(path, write=write)
         if not target.exists():
             if not create:
                 raise StoreMissing(f"no run store at {target} yet: dtpo train, bench, simulate and plan register "
                                    f"their runs there, and {reindex_hint(target)} builds it from run directories")
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"run store {target}: cannot create folder {target.parent} "
-                                 f"({exc.strerror or exc})") from None
-        store = cls(target, timeout_s)
+            _create_file(target)
+        store = cls(target, timeout_s, read_only=not write and write_problem(target) is not None)
         store._initialise()
         return store
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
+        if self.read_only:  # immutable: no lock, no -wal or -shm made (they would be this user's, see above)
+            uri = f"file:{urllib.parse.quote(str(self.path))}?mode=ro&immutable=1"
+            conn = sqlite3.connect(uri, uri=True, timeout=self.timeout_s, isolation_level=None)
+        else:
+            conn = sqlite3.connect(self.path, timeout=self.timeout_s, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
         return conn
@@ -143,6 +157,9 @@ class RunStore:
         low = text.lower()
         corrupt = ("malformed", "not a database", "corrupt", "no such table", "no such column")
         if type(exc) is sqlite3.DatabaseError or any(word in low for word in corrupt):
+            if self.read_only:  # read without locks: a checkpoint under way looks the same
+                return CorruptStore(f"run store {self.path} could not be read ({text}); this user reads it without "
+                                    "locks, as they cannot write it: if a run was writing it just then, try again")
             return CorruptStore(f"run store {self.path} is corrupt ({text}); {reindex_hint(self.path)} rebuilds it "
                                 "from the run directories")
         if not isinstance(exc, sqlite3.OperationalError):
@@ -150,8 +167,12 @@ class RunStore:
         if "locked" in low or "busy" in low:
             return StoreError(f"run store {self.path} stayed locked by another process for over {self.timeout_s:g} s "
                               f"({text}); try again")
-        if "readonly" in low or "read-only" in low:
-            return StoreError(f"run store {self.path} is read-only ({text}); choose another with --store")
+        if "readonly" in low or "read-only" in low or "unable to open" in low:
+            why = None if self.read_only else write_problem(self.path)
+            if why is not None:  # another user's file beside it, say, that appeared since the check
+                return StoreError(f"run store {why}")
+            if "unable to open" not in low:
+                return StoreError(f"run store {self.path} is read-only ({text}); choose another with --store")
         return StoreError(f"run store {self.path} cannot be used ({text})")
 
     @contextlib.contextmanager
@@ -188,31 +209,42 @@ class RunStore:
                 time.sleep(0.05)
 
     def _create_schema(self) -> None:
+        if self.read_only:
+            with self._session() as conn:
+                self._check_schema(conn)
+            return
         with self._session() as conn:
             try:
                 mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     log.debug("run store %s: journal mode %s (WAL not available here)", self.path, mode)
                 conn.execute("BEGIN IMMEDIATE")
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-                if version == 0:
-                    if tables:
-                        raise CorruptStore(f"run store {self.path} is a SQLite database but not a dtpo run store "
-                                           f"(tables {', '.join(sorted(tables))}); choose another file with --store")
+                if self._check_schema(conn) == 0:
                     for statement in _SCHEMA:
                         conn.execute(statement)
                     conn.execute(f"PRAGMA user_version = {STORE_VERSION}")
-                elif version > STORE_VERSION:
-                    raise StoreError(f"run store {self.path} was written by a newer dtpo (store version {version}; "
-                                     f"this dtpo reads up to {STORE_VERSION})")
-                elif not {"runs", "figures"} <= tables:
-                    raise CorruptStore(f"run store {self.path} is corrupt (tables missing); {reindex_hint(self.path)} "
-                                       "rebuilds it from the run directories")
                 conn.execute("COMMIT")
             except BaseException:
                 _rollback(conn)
                 raise
+
+    def _check_schema(self, conn: sqlite3.Connection) -> int:
+        """The store's version (0: an empty database, to be given the schema), after checking it is a dtpo store
+        this dtpo reads."""
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if version == 0 and tables:
+            raise CorruptStore(f"run store {self.path} is a SQLite database but not a dtpo run store "
+                               f"(tables {', '.join(sorted(tables))}); choose another file with --store")
+        if version == 0 and self.read_only:
+            raise StoreError(f"run store {self.path} is empty and this user cannot write it")
+        if version > STORE_VERSION:
+            raise StoreError(f"run store {self.path} was written by a newer dtpo (store version {version}; "
+                             f"this dtpo reads up to {STORE_VERSION})")
+        if version and not {"runs", "figures"} <= tables:
+            raise CorruptStore(f"run store {self.path} is corrupt (tables missing); {reindex_hint(self.path)} "
+                               "rebuilds it from the run directories")
+        return version
 
     # -- writing --------------------------------------------------------------------------------------------------
 
@@ -368,8 +400,10 @@ class RunStore:
         record when it has a final one, else as ``failed`` (:data:`KILLED_ERROR`).
 
         Returns:
-            The ids of the rows settled.
+            The ids of the rows settled (none on a read-only store: its rows stay as their writers left them).
         """
+        if self.read_only:
+            return []
         host = socket.gethostname()
         with self._session() as conn:
             rows = conn.execute("SELECT * FROM runs WHERE status = 'running' AND hostname = ?", (host,)).fetchall()
@@ -490,6 +524,21 @@ class RunStore:
         """The database's journal mode (``wal`` when WAL is on)."""
         with self._session() as conn:
             return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+
+
+def _create_file(target: Path) -> None:
+    """Create an empty store file (and its folder) as an ordinary ``open()`` would: ``0o666`` less the umask, where
+    SQLite alone would give ``0o644`` and keep a store in a group's folder from the group."""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"run store {target}: cannot create folder {target.parent} ({exc.strerror or exc})") from None
+    try:
+        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666))
+    except FileExistsError:
+        pass  # another run created it meanwhile
+    except OSError as exc:
+        raise StoreError(f"run store {target}: cannot create it ({exc.strerror or exc})") from None
 
 
 def _rollback(conn: sqlite3.Connection) -> None:

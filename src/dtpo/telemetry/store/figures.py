@@ -174,7 +174,8 @@ def bench_facts(data: dict[str, Any]) -> RunFacts:
 
 def simulate_facts(data: dict[str, Any]) -> RunFacts:
     """A simulation's facts from its JSON (a setting or a sweep, ``--tune KNOB`` or ``--tune stragglers``):
-    the headline figures, all estimated."""
+    the headline figures (for ``--tune KNOB``, the setting it chose too: ``choice.power_limit_w``,
+    ``choice.sm_clock_mhz``), all estimated, noted :data:`SIMULATED_NOTE`."""
     config = dict(data.get("config") or {})
     for key in ("knob", "cost", "gpu", "workload", "batch_size", "calibrated"):
         if key in data:
@@ -194,6 +195,10 @@ def simulate_facts(data: dict[str, Any]) -> RunFacts:
         _add(out, modelled("bloat_recovered_share", (data.get("bloat") or {}).get("recovered_share"), "fraction"))
     elif isinstance(data.get("result"), dict):  # --tune power-limit / sm-clock / both
         result, unit = data["result"], str(data.get("cost") or "cost")
+        choice = result.get("choice") if isinstance(result.get("choice"), dict) else {}
+        _add(out, modelled("choice.power_limit_w", choice.get("power_limit_w"), "W") if choice else None)
+        if choice.get("sm_clock_mhz") is not None:
+            _add(out, modelled("choice.sm_clock_mhz", choice["sm_clock_mhz"], "MHz"))
         for key in ("choice_cost", "oracle_cost", "cost_ratio", "job_cost", "default_job_cost", "oracle_job_cost"):
             _add(out, modelled(key, result.get(key), "ratio" if key == "cost_ratio" else unit))
         _add(out, modelled("profiling_steps", result.get("profiling_steps"), "steps"))

@@ -18,6 +18,7 @@ import datetime as _dt
 import json
 import logging
 import os
+import stat
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -251,6 +252,7 @@ def _rebuild_beside(target: Path, rows: list[StoredRun]) -> Path | None:
     try:
         RunStore.open(tmp).replace_all(rows)
         _remove_database(tmp, keep_main=True)  # every connection is closed: the WAL was checkpointed
+        _keep_mode_and_group(tmp, target)
         stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%d-%H%M%S")
         aside = target.with_name(f"{target.name}.corrupt-{stamp}")
         for suffix in ("", "-wal", "-shm"):
@@ -266,6 +268,19 @@ def _rebuild_beside(target: Path, rows: list[StoredRun]) -> Path | None:
         raise
     log.warning("the corrupt run store was kept as %s", aside)
     return aside
+
+
+def _keep_mode_and_group(fresh: Path, old: Path) -> None:
+    """Give the rebuilt store the mode of the one it replaces and, where this user may, its group (a member of it
+    may) and owner (root may), so a store shared with a group stays shared and a private one stays private."""
+    st = old.stat()
+    for uid in (st.st_uid, -1):
+        try:
+            os.chown(fresh, uid, st.st_gid)
+            break
+        except OSError:
+            continue
+    os.chmod(fresh, stat.S_IMODE(st.st_mode))
 
 
 def _remove_database(path: Path, keep_main: bool = False) -> None:
