@@ -4,14 +4,17 @@ within the stall limit instead of waiting for gloo's 30-minute timeout, the reco
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 from conftest import dtpo_cli, run_cli
 
-from dtpo.core.record import RunRecord
+from dtpo.core.record import RunRecord, rank_record_path
 
 SCRIPT = textwrap.dedent("""
     import os, signal, sys
@@ -81,3 +84,37 @@ def test_a_stall_setting_that_cannot_work_is_one_line_and_exit_2(argv: list[str]
     assert code == 2, err
     assert "--stall-" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def _worker_pid(run_dir: Path, rank: int) -> int | None:
+    """The process of rank ``rank`` of the run in ``run_dir`` (from the launch contract in its environment)."""
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            values = dict(item.split("=", 1) for item in environ.read_text().split("\0") if "=" in item)
+        except OSError:
+            continue
+        if values.get("DTPO_RUN_DIR") == str(run_dir) and values.get("RANK") == str(rank):
+            return int(environ.parent.name)
+    return None
+
+
+@pytest.mark.slow
+def test_dtpo_train_names_a_stopped_worker_and_the_waiting_one_ends_in_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(dtpo_cli("train", "--workers", "2", "--workload", "mlp", "--steps", "100000",
+                                     "--stall-floor", "3", "--run-dir", str(run_dir)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not rank_record_path(run_dir, 1).exists() or _worker_pid(run_dir, 1) is None:
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        os.kill(_worker_pid(run_dir, 1), signal.SIGSTOP)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    assert "stalled at step" in err and "Traceback" not in err, err
+    assert "a collective failed because another rank stopped" in err or "[rank0]" not in err
+    assert RunRecord.load(run_dir).status == "stalled"

@@ -112,3 +112,15 @@ def leave(ctx: DistContext) -> None:
         if ctx.world_size > 1:
             dist.barrier()
         dist.destroy_process_group()
+
+
+# What gloo and NCCL say when a collective fails because another rank's process or link went away.
+_PEER_LOST = ("connection reset by peer", "connection closed by peer", "broken pipe", "connection refused",
+              "communicator was aborted", "remote process exited", "socket timeout")
+
+
+def lost_a_peer(exc: BaseException) -> bool:
+    """Whether a collective failed because another rank stopped (killed, stalled, its node lost): a
+    consequence, which the launcher names, rather than this rank's own failure."""
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError | ConnectionError) and any(words in text for words in _PEER_LOST)

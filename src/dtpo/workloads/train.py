@@ -20,9 +20,10 @@ import torch
 import dtpo
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import RunConfig
-from dtpo.core.errors import ConfigError, DtpoError
+from dtpo.core.errors import ConfigError, DtpoError, first_line
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
+from dtpo.distributed.process_group import lost_a_peer
 from dtpo.session.lifecycle import Interrupted
 from dtpo.workloads import get_workload, with_workload_defaults
 from dtpo.workloads.evaluation import evaluate
@@ -104,6 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except (torch.OutOfMemoryError, MemoryError, RuntimeError) as exc:
+        if lost_a_peer(exc):  # its record keeps the error; the launcher names the rank that stopped
+            log.error("a collective failed because another rank stopped: %s", first_line(str(exc)))
+            sys.exit(1)
         if not is_out_of_memory(exc):
             raise
         log.error("out of memory: a micro-batch of %s samples does not fit on this device; lower --batch-size",
