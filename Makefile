@@ -69,6 +69,12 @@ bench-stragglers: $(STAMP)
 bench-rebalance: $(STAMP)
 	$(BIN)/python benchmarks/rebalance.py
 
+# Carbon-aware scheduling on simulated GPUs: signal-blind, throttle, pause and the oracle on the shipped UK carbon-intensity
+# trace and a synthetic one, jobs of 1-48 h, slack 0-100 %; exit 1 on a missed goal.
+.PHONY: bench-grid
+bench-grid: $(STAMP)
+	$(BIN)/python benchmarks/grid_aware.py
+
 # The power-swing report against the truth of simulated jobs with step phases (8 to 4,096 GPUs), and the what-if
 # table; exit 1 when a figure is off by more than 5 %.
 .PHONY: bench-power-swing
