@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import dtpo_cli
+from conftest import dtpo_cli, run_cli
 
 from dtpo.cli.app import main
 
@@ -385,3 +385,37 @@ def test_an_unknown_gpu_without_a_trace_lists_the_catalogue(tmp_path: Path, monk
     assert code == 2 and err == ("dtpo: error: unknown GPU model 'p200'; choose one of A40, V100, H100-SXM, A100-SXM, "
                                  "MI250X, P100-PCIe, P100-SXM2, T4, RTX6000, A6000, L4, L40S, A100-PCIe, H100-PCIe, "
                                  "H200, B200, MI300X\n")
+
+
+def test_phases_writes_a_run_the_power_swing_report_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DTPO_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("COLUMNS", "200")
+    run_dir = tmp_path / "phases"
+    code, out, _ = run_cli(["simulate", "phases", "--gpu", "H100-SXM", "--gpus", "2", "--steps", "40",
+                            "--batch-size", "2048", "--sample-hz", "50", "--power-floor", "40", "--run-dir",
+                            str(run_dir)], capsys)
+    assert code in (0, None), out
+    assert "a power floor of 40 % of the limit" in out and "every figure simulated" in out
+    assert f"dtpo report --power-swing {run_dir}" in out
+    assert (run_dir / "record.json").is_file() and list((run_dir / "ranks").glob("power-rank*.csv"))
+    code, out, _ = run_cli(["report", "--power-swing", str(run_dir)], capsys)
+    assert code in (0, None), out
+    assert "Power swing of phases (simulated)" in out and "rank 1 / sim1" in out
+    assert "every figure is simulated" in out
+    code, _, err = run_cli(["simulate", "phases", "--steps", "10", "--run-dir", str(run_dir)], capsys)
+    assert code == 2 and "already holds a result" in err  # a run directory is never overwritten
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--comm-power", "1.5"], "communication power share must be between 0 and 1, got 1.5"),
+    (["--power-floor", "150"], "power floor must be a share of the power limit between 0 and 1, got 1.5"),
+    (["--steps", "200000"], "a phased simulation runs at most 100,000 steps"),
+])
+def test_phases_refuses_bad_input_in_one_line(args: list[str], message: str, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DTPO_STATE_DIR", str(tmp_path / "state"))
+    code, _, err = run_cli(["simulate", "phases", "--run-dir", str(tmp_path / "run"), *args], capsys)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()

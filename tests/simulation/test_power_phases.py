@@ -103,7 +103,20 @@ def test_a_power_limit_is_set_through_the_journal_and_put_back(tmp_path: Path) -
     (StepPhases(comm_power_share=1.5), "communication power share"),
     (StepPhases(sample_hz=0.0), "sample rate"),
     (StepPhases(counter_period_s=float("nan")), "counter period"),
+    (StepPhases(floor_share=1.2), "power floor must be a share of the power limit between 0 and 1, got 1.2"),
 ])
 def test_bad_phases_are_one_line(phases: StepPhases, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         simulate_phases(job(), phases)
+
+
+def test_a_power_floor_lifts_waiting_and_communicating_but_not_computing() -> None:
+    plain = simulate_phases(job(), StepPhases(comm_power_share=0.3))
+    floored = simulate_phases(job(), StepPhases(comm_power_share=0.3, floor_share=0.5))
+    assert plain.idle_w < plain.comm_w < 350.0  # below the floor without it
+    assert floored.idle_w == floored.comm_w == 350.0  # 50 % of the H100's 700 W limit
+    assert floored.compute_w == pytest.approx(plain.compute_w)  # computing draws more than the floor anyway
+    assert floored.step_start_s == pytest.approx(plain.step_start_s)  # a floor costs energy, not time
+    extra = float((plain.wait_s[0].sum() * (350.0 - plain.idle_w)) + plain.comm_s.sum() * (350.0 - plain.comm_w))
+    assert floored.segments(0)[1][-1] - plain.segments(0)[1][-1] == pytest.approx(extra)
+    assert "a power floor of 50 % of the limit" in floored.detail

@@ -19,6 +19,11 @@ the catalogue whose power-limit range is the file's lowest to highest limit, sai
 ``gpu_note`` in the result). The SM clocks of such a GPU are unknown, so only its power limit is swept or tuned.
 ``--workload`` and ``--batch-size`` pick one trace when the file holds several; ``list --trace FILE`` lists them.
 
+``phases`` runs a job whose steps have the power phases of real training (every GPU computes near its limit, waits
+for the slowest at idle, then communicates together; :mod:`dtpo.simulation.power_phases`) and writes it as a run
+directory with a sampled power timeline per rank (``--run-dir``, default ``runs/simulate-<run id>``), which
+``dtpo report`` and ``dtpo report --power-swing DIR`` read like a train run's, every figure labelled simulated.
+
 ``stragglers`` runs a job whose ``--straggler`` ranks (``RANK:FACTOR[,RANK:FACTOR...]``, ``static``,
 ``drifting`` or ``intermittent`` by ``--straggler-pattern``, switching every ``--period`` steps) are slower, without
 and with per-rank slowdown of the ranks that only wait for them. ``--tune rebalance`` (spelled with flags only:
@@ -34,6 +39,7 @@ Every simulation writes its result (the JSON ``--json`` writes) into a run direc
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import sys
@@ -53,7 +59,8 @@ from dtpo.cli.options import config_command
 from dtpo.cli.register import check_result_target, save_result
 from dtpo.cli.simulate_tune import print_tuning, run_tuning
 from dtpo.core.errors import ConfigError
-from dtpo.core.record import write_json_atomic
+from dtpo.core.files import default_run_root
+from dtpo.core.record import new_run_id, write_json_atomic
 from dtpo.core.simulate_config import (
     DEFAULT_COST,
     DEFAULT_COUNTER_PERIOD_S,
@@ -71,6 +78,7 @@ from dtpo.devices.physics.user_trace import describe_trace, read_trace_file
 from dtpo.simulation.data_parallel import SettingResult, SimulatedJob, optimal, sweep_values
 from dtpo.simulation.job import MAX_GPUS, MAX_STEPS, PATTERNS, JobConfig
 from dtpo.simulation.job import Progress as StepsDone
+from dtpo.simulation.power_phases import MAX_PHASED_STEPS, StepPhases, simulate_phases
 from dtpo.telemetry.store.paths import now_iso
 from dtpo.telemetry.summary import make_console
 from dtpo.tune.cost import CostMetric, parse_cost
@@ -379,6 +387,37 @@ def _simulate_stragglers(console: Console, job: JobConfig, json_out: Path | None
     return data
 
 
+def simulate_power_phases(config: SimulateConfig, phases: StepPhases, *, gpu_named: bool = True) -> Path:
+    """``phases``: the job with each step's compute, wait and communication phases on the power meter, written as a
+    run directory that ``dtpo report --power-swing`` reads. Returns the run directory.
+
+    Raises:
+        ConfigError: Bad phases, job or limit, or a ``--run-dir`` that already holds a run (one line).
+    """
+    phases.validate()
+    if config.job.steps > MAX_PHASED_STEPS:
+        raise ConfigError(f"--steps: a phased simulation runs at most {MAX_PHASED_STEPS:,} steps, got "
+                          f"{config.job.steps:,}")
+    check_result_target("simulate", config.output.run_dir, None)
+    job_config, _ = _job_config(config, gpu_named)
+    run = simulate_phases(job_config, phases, config.knobs.power_limit_w)
+    folder = Path(config.output.run_dir) if config.output.run_dir is not None else \
+        default_run_root() / f"simulate-{new_run_id()}"
+    run.write_run(folder)
+    console = make_console()
+    console.print(f"simulated: {run.ranks} x {run.device}, {run.steps} steps of {run.duration_s / run.steps:.3g} s "
+                  f"({100 * phases.comm_share:g} % communication at idle + {100 * phases.comm_power_share:g} % of the "
+                  f"swing{_floor_words(phases)}), power sampled at {phases.sample_hz:g} Hz; every figure simulated",
+                  highlight=False)
+    console.print(f"run: {folder}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"read it with: dtpo report --power-swing {folder}", markup=False, highlight=False, soft_wrap=True)
+    return folder
+
+
+def _floor_words(phases: StepPhases) -> str:
+    return f", a power floor of {100 * phases.floor_share:g} % of the limit" if phases.floor_share > 0 else ""
+
+
 def _write_json(path: Path, data: dict[str, object]) -> None:
     check_json_path(path)  # again: the folder may have gone while the simulation ran
     try:
@@ -439,6 +478,33 @@ stragglers_command = _mode_command(
     "lower; the job without and with it.",
     takes=("job.gpu", "job.workload", "job.batch_size", "job.gpus", "job.steps", "job.noise", "job.seed",
            "stragglers.straggler", *_PATTERN, *_OUTPUT), fixed={"tune.knob": STRAGGLER_TUNE})
+_PHASE_DEFAULTS = StepPhases()
+_PHASE_OPTIONS = [
+    inspect.Parameter("comm_share", inspect.Parameter.KEYWORD_ONLY, annotation=float, default=typer.Option(
+        _PHASE_DEFAULTS.comm_share, "--comm-share", help="Communication time per step, a share of the compute time.")),
+    inspect.Parameter("comm_power", inspect.Parameter.KEYWORD_ONLY, annotation=float, default=typer.Option(
+        _PHASE_DEFAULTS.comm_power_share, "--comm-power", help="Power while communicating: idle plus this share (0-1) "
+        "of the swing from idle to computing.")),
+    inspect.Parameter("sample_hz", inspect.Parameter.KEYWORD_ONLY, annotation=float, default=typer.Option(
+        _PHASE_DEFAULTS.sample_hz, "--sample-hz", help="Rate of the simulated power sampler, Hz.")),
+    inspect.Parameter("power_floor", inspect.Parameter.KEYWORD_ONLY, annotation=float, default=typer.Option(
+        0.0, "--power-floor", help="A power floor (what power smoothing holds) in % of the power limit; 0: none.")),
+]
+
+
+def _phases_command(ctx: typer.Context, config: SimulateConfig, comm_share: float, comm_power: float,
+                    sample_hz: float, power_floor: float) -> None:
+    phases = StepPhases(comm_share=comm_share, comm_power_share=comm_power, sample_hz=sample_hz,
+                        counter_period_s=config.job.counter_period or 0.0, floor_share=power_floor / 100.0)
+    simulate_power_phases(config, phases, gpu_named=_gpu_named(ctx))
+
+
+phases_command = config_command(
+    _phases_command, tree=SimulateConfig, help_values=HELP_VALUES, pass_context=True, extra=_PHASE_OPTIONS,
+    doc="A job whose steps have the power phases of training (compute near the limit, wait at idle, communicate), "
+        "written as a run directory with each rank's sampled power timeline: read it with dtpo report --power-swing "
+        "DIR. Every figure simulated.",
+    exclude=[p for p in _EVERY if p not in (*_JOB, "stragglers.straggler", "knobs.power_limit_w", "output.run_dir")])
 list_command = _mode_command(
     "List the GPU models and workloads that can be simulated (with --trace: the file's traces).",
     takes=("job.gpu", "job.batch_size", "job.trace"), fixed={"output.list": True})
@@ -467,5 +533,5 @@ simulate_app = typer.Typer(name="simulate", invoke_without_command=True, add_com
 simulate_app.callback()(config_command(_earlier_spelling, tree=SimulateConfig, help_values=HELP_VALUES,
                                        hidden=_EVERY, pass_context=True))
 for _name, _command in (("run", run_command), ("sweep", sweep_command), ("tune", tune_command),
-                        ("stragglers", stragglers_command), ("list", list_command)):
+                        ("stragglers", stragglers_command), ("phases", phases_command), ("list", list_command)):
     simulate_app.command(_name, context_settings={"help_option_names": ["-h", "--help"]})(_command)

@@ -35,6 +35,7 @@ from dtpo.core.config_section import ConfigField, Section, Tree, flag, tree_fiel
 from dtpo.core.config_section import field_docs as field_docs  # re-exported: the sections' documentation
 from dtpo.core.errors import ConfigError
 from dtpo.core.frameworks import FRAMEWORKS
+from dtpo.core.power_smoothing import SmoothingRequest, parse_power_smoothing
 from dtpo.core.record import write_json_atomic
 
 CONFIG_SCHEMA = "dtpo.config/1"
@@ -60,6 +61,7 @@ MAX_WORKERS = 1024
 ENGINES = ("torchrun", "ray")
 MAX_SEED = 2**63 - 1
 MAX_RESTARTS = 1000
+MAX_SAMPLE_HZ = 1000.0  # the fastest power source (RAPL) updates about every millisecond
 STALL_FACTOR = 20.0
 """A rank stalls after this many median step times without progress (the launcher's default)."""
 STALL_FLOOR_S = 300.0
@@ -151,6 +153,9 @@ class EnergyConfig(Section):
     """Measure energy: GPUs through NVML, CPUs through RAPL, else a model labelled estimated."""
     sample_interval_s: float | None = field(default=0.1, metadata=flag("--power-sample-interval"))
     """Seconds between samples of the background power timeline (null: no timeline)."""
+    sample_hz: float | None = field(default=None, metadata=flag("--power-sample-hz"))
+    """Samples per second of the power timeline, instead of --power-sample-interval: up to what the slowest power
+    source of a rank supports (NVML GPUs and modelled CPUs 100 Hz, RAPL 1000 Hz)."""
     cpu_tdp_w: float | None = field(default=None, metadata=flag("--cpu-tdp"))
     """TDP in watts of this node's CPUs, for the modelled CPU where no counter exists (default: a table)."""
     grid_g_per_kwh: float = field(default=475.0, metadata=flag("--grid-intensity"))
@@ -163,6 +168,13 @@ class EnergyConfig(Section):
     def __post_init__(self) -> None:
         self._bool("enabled")
         self._float("sample_interval_s", minimum=0.001, maximum=3600.0, optional=True)
+        self._float("sample_hz", positive=True, maximum=MAX_SAMPLE_HZ, optional=True)
+        if self.sample_hz is not None:
+            interval = 1.0 / self.sample_hz
+            if self.sample_interval_s not in (None, 0.1) and not math.isclose(self.sample_interval_s, interval):
+                raise self._fail("sample_hz", f"and --power-sample-interval {self.sample_interval_s:g} disagree; "
+                                              "give one of them")
+            self.sample_interval_s = interval
         self._float("cpu_tdp_w", positive=True, maximum=100_000.0, optional=True)
         self._float("grid_g_per_kwh", minimum=0.0, maximum=10_000.0)
         self._float("price_per_kwh", minimum=0.0, maximum=1e6, optional=True)
@@ -179,6 +191,10 @@ class KnobConfig(Section):
     """GPU power limit in watts for the run."""
     sm_clock_mhz: int | None = field(default=None, metadata=flag("--sm-clock"))
     """Lock the GPU's SM clocks at this supported frequency (MHz) for the run."""
+    power_smoothing: str | None = field(default=None, metadata=flag("--power-smoothing"))
+    """NVML power smoothing (GB200 and later; a logged no-op elsewhere): off, or PROFILE[:floor=PCT,ramp_up=W/S,
+    ramp_down=W/S,hysteresis=MS], a preset profile 0-4 activated with those of its parameters changed (floor in %
+    of the GPU's total module power)."""
     mode: str = field(default="apply", metadata=flag("--knob-mode"))
     """apply (change the GPU; falls back to observe without permission), dry-run (log only) or observe."""
 
@@ -186,11 +202,21 @@ class KnobConfig(Section):
         self._float("power_limit_w", positive=True, maximum=10_000.0, optional=True)
         self._int("sm_clock_mhz", 1, 10_000, optional=True)
         self._choice("mode", KNOB_MODES)
+        if self.power_smoothing is not None:
+            try:
+                parse_power_smoothing(self.power_smoothing)
+            except ConfigError as exc:
+                raise self._fail("power_smoothing", str(exc)) from None
+
+    @property
+    def smoothing(self) -> SmoothingRequest | None:
+        """The power smoothing asked for, if any."""
+        return None if self.power_smoothing is None else parse_power_smoothing(self.power_smoothing)
 
     @property
     def requested(self) -> bool:
         """True when any knob is to be set."""
-        return self.power_limit_w is not None or self.sm_clock_mhz is not None
+        return self.power_limit_w is not None or self.sm_clock_mhz is not None or self.power_smoothing is not None
 
 
 @dataclass(kw_only=True)
@@ -508,7 +534,9 @@ class RunConfig(Tree):
         if tune.rebalance:
             self._check_rebalance()
         if self.knobs.requested and tune.knob != "rebalance":
-            raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock")
+            smoothing = " / --power-smoothing" if self.knobs.power_smoothing is not None else ""
+            raise ConfigError(f"--tune {tune.knob} chooses the GPU settings itself; drop --power-limit / --sm-clock"
+                              f"{smoothing}")
         if tune.stragglers and self.launch.workers < 2:
             raise ConfigError(f"--tune {tune.knob} slows down ranks that wait for others: it needs --workers 2 or "
                               "more")

@@ -1,9 +1,9 @@
 """One interface for every power source: GPUs through NVML, CPU packages and DRAM through RAPL, models.
 
 A :class:`Device` reports cumulative energy since it was opened and, where it can, instantaneous power.
-Devices with knobs (GPUs: power limit, locked SM clocks) also implement :meth:`Device.knob_limits` and the
-setters; callers change knobs only through ``dtpo.devices.journal`` so the original settings are journaled
-first and always restored.
+Devices with knobs (GPUs: power limit, locked SM clocks, and power smoothing where NVML has it) also implement
+:meth:`Device.knob_limits` and the setters; callers change knobs only through ``dtpo.devices.journal`` so the
+original settings are journaled first and always restored.
 """
 
 from __future__ import annotations
@@ -48,16 +48,65 @@ class KnobLimits:
 
 
 @dataclass(frozen=True)
+class SmoothingProfile:
+    """One preset profile of a GPU's power smoothing (NVML's units: GB200 and later).
+
+    Attributes:
+        floor_pct: Power floor, in per cent of the GPU's total module power (TMP).
+        ramp_up_w_per_s: Fastest rise of power, W/s.
+        ramp_down_w_per_s: Fastest fall of power, W/s.
+        ramp_down_hysteresis_ms: How long power must stay low before it may fall, ms.
+    """
+
+    floor_pct: float
+    ramp_up_w_per_s: float
+    ramp_down_w_per_s: float
+    ramp_down_hysteresis_ms: float
+
+
+@dataclass(frozen=True)
+class SmoothingState:
+    """A GPU's power smoothing: on or off, the active preset profile, and every profile's parameters.
+
+    Attributes:
+        enabled: Whether power smoothing is on.
+        active_profile: The preset profile in force (0-based).
+        profiles: Every preset profile's parameters, by profile number.
+    """
+
+    enabled: bool
+    active_profile: int
+    profiles: tuple[SmoothingProfile, ...]
+
+
+@dataclass(frozen=True)
+class SmoothingLimits:
+    """What a GPU's power smoothing allows.
+
+    Attributes:
+        profiles: How many preset profiles it has.
+        min_floor_pct: Lowest settable floor, per cent of TMP.
+        max_floor_pct: Highest settable floor, per cent of TMP.
+    """
+
+    profiles: int
+    min_floor_pct: float
+    max_floor_pct: float
+
+
+@dataclass(frozen=True)
 class KnobState:
     """A device's current knob settings (what the journal saves and restores).
 
     Attributes:
         power_limit_w: Current power limit.
         locked_sm_clocks_mhz: ``(min, max)`` if SM clocks are locked, ``None`` if they float.
+        smoothing: The power smoothing settings, ``None`` on a device without power smoothing.
     """
 
     power_limit_w: float
     locked_sm_clocks_mhz: tuple[int, int] | None = None
+    smoothing: SmoothingState | None = None
 
 
 @dataclass(frozen=True)
@@ -130,3 +179,11 @@ class Device(ABC):
     def unlock_sm_clocks(self) -> None:
         """Let SM clocks float again."""
         raise KnobError(f"{self.info.name} has no clocks to unlock")
+
+    def power_smoothing_limits(self) -> SmoothingLimits | None:
+        """What the device's power smoothing allows, or ``None`` if it has none (most GPUs: it is GB200's)."""
+        return None
+
+    def set_power_smoothing(self, state: SmoothingState) -> None:
+        """Put the device's power smoothing into ``state`` (profiles' parameters, active profile, on or off)."""
+        raise KnobError(f"{self.info.name} has no power smoothing")

@@ -25,7 +25,7 @@ from typing import Any
 from dtpo.core.errors import DtpoError
 from dtpo.core.files import untrusted_reason
 from dtpo.core.record import write_json_atomic
-from dtpo.devices.base import Device, DeviceError, KnobState
+from dtpo.devices.base import Device, DeviceError, KnobState, SmoothingProfile, SmoothingState
 
 JOURNAL_SCHEMA = "dtpo.knobs-journal/1"
 
@@ -155,7 +155,9 @@ class KnobJournal:
         if entry is None:
             return None
         locked = entry["original"].get("locked_sm_clocks_mhz")
-        return KnobState(entry["original"]["power_limit_w"], tuple(locked) if locked else None)
+        smoothing = entry["original"].get("smoothing")
+        return KnobState(entry["original"]["power_limit_w"], tuple(locked) if locked else None,
+                         None if smoothing is None else _smoothing_from(smoothing))
 
     def _write(self, entries: dict[str, Any]) -> None:
         try:
@@ -177,17 +179,63 @@ def _valid_entry(entry: Any) -> bool:
     locked = original.get("locked_sm_clocks_mhz")
     if isinstance(limit, bool) or not isinstance(limit, int | float) or not math.isfinite(limit):
         return False
-    return locked is None or (isinstance(locked, list | tuple) and len(locked) == 2
-                              and all(isinstance(c, int | float) and not isinstance(c, bool) for c in locked))
+    if not (locked is None or (isinstance(locked, list | tuple) and len(locked) == 2
+                               and all(_is_number(c) for c in locked))):
+        return False
+    smoothing = original.get("smoothing")
+    if smoothing is None:
+        return True
+    try:
+        _smoothing_from(smoothing)
+    except (TypeError, ValueError, KeyError):
+        return False
+    return True
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _smoothing_from(data: Any) -> SmoothingState:
+    """Power smoothing settings as the journal holds them (``asdict`` of :class:`SmoothingState`).
+
+    Raises:
+        TypeError, ValueError, KeyError: They are not such settings.
+    """
+    if not isinstance(data, dict) or not isinstance(data["enabled"], bool) or not isinstance(data["profiles"], list):
+        raise TypeError("not power smoothing settings")
+    active = data["active_profile"]
+    if not isinstance(active, int) or isinstance(active, bool) or not 0 <= active < max(1, len(data["profiles"])):
+        raise ValueError(f"active profile {active!r}")
+    profiles = []
+    for profile in data["profiles"]:
+        values = {name: profile[name] for name in SmoothingProfile.__dataclass_fields__}
+        if not all(_is_number(v) for v in values.values()):
+            raise ValueError(f"profile {profile!r}")
+        profiles.append(SmoothingProfile(**values))
+    return SmoothingState(data["enabled"], active, tuple(profiles))
 
 
 def apply_state(device: Device, state: KnobState) -> None:
-    """Put a device's knobs into ``state``."""
+    """Put a device's knobs into ``state`` (power smoothing too, where it was recorded)."""
     device.set_power_limit(state.power_limit_w)
     if state.locked_sm_clocks_mhz is None:
         device.unlock_sm_clocks()
     else:
         device.lock_sm_clocks(*state.locked_sm_clocks_mhz)
+    if state.smoothing is not None:
+        device.set_power_smoothing(state.smoothing)
+
+
+def describe_state(state: KnobState) -> str:
+    """The settings a restore put back, in words: ``power limit 300 W, locked clocks reset, power smoothing off``."""
+    clocks = "locked clocks reset" if state.locked_sm_clocks_mhz is None else "clocks relocked"
+    text = f"power limit {state.power_limit_w:g} W, {clocks}"
+    smoothing = state.smoothing
+    if smoothing is not None:
+        text += (f", power smoothing profile {smoothing.active_profile} on" if smoothing.enabled
+                 else ", power smoothing off") + " (its profiles as they were)"
+    return text
 
 
 def open_by_key(key: str) -> Device:
@@ -226,9 +274,8 @@ def restore_pending(journal: KnobJournal | None = None, opener: Opener = open_by
             lines.append(f"could not restore {entry.get('device', key)}: {exc}; it stays in {journal.path}")
             continue
         journal.forget(key)
-        clocks = "locked clocks reset" if original.locked_sm_clocks_mhz is None else "clocks relocked"
-        lines.append(f"restored {entry.get('device', key)} (left by pid {entry.get('pid')}): power limit "
-                     f"{original.power_limit_w:g} W, {clocks}")
+        lines.append(f"restored {entry.get('device', key)} (left by pid {entry.get('pid')}): "
+                     f"{describe_state(original)}")
     if log is not None:
         for line in lines:
             log(line)

@@ -7,6 +7,9 @@ Modes:
 * ``observe``: touch nothing. A controller in ``apply`` mode that meets "no permission" says so in one
   line and continues in ``observe`` mode, so training goes on.
 
+Power smoothing (NVML's power floor and ramp limits, GB200 and later) goes the same way where the GPU has it; on
+any other GPU :meth:`KnobController.set_power_smoothing` says so in one line and changes nothing, in every mode.
+
 The original settings come back on :meth:`KnobController.restore`, on leaving the ``with`` block (normal
 exit or exception), on SIGINT and SIGTERM; after SIGKILL or a power cut, the journal lets the next dtpo
 start restore them (:func:`dtpo.devices.journal.restore_pending`).
@@ -18,12 +21,14 @@ import logging
 import signal
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Literal
 
 from dtpo.core.config import KNOB_MODES
 from dtpo.core.errors import ConfigError
-from dtpo.devices.base import Device, KnobError, KnobLimits
-from dtpo.devices.journal import KnobJournal, apply_state
+from dtpo.core.power_smoothing import SmoothingRequest
+from dtpo.devices.base import Device, KnobError, KnobLimits, SmoothingLimits, SmoothingProfile, SmoothingState
+from dtpo.devices.journal import KnobJournal, apply_state, describe_state
 
 KnobMode = Literal["apply", "dry-run", "observe"]
 
@@ -88,6 +93,32 @@ class KnobController:
         self._limits(device)
         return self._change(device, "SM clocks unlocked", device.unlock_sm_clocks)
 
+    def set_power_smoothing(self, device: Device, request: SmoothingRequest) -> bool:
+        """Turn a GPU's power smoothing off, or activate a preset profile with some of its parameters changed.
+
+        A device without power smoothing (any GPU before GB200, an older driver or nvidia-ml-py) is left as it is,
+        said in one line: it is not an error.
+
+        Returns:
+            True if the device was changed.
+
+        Raises:
+            ConfigError: A profile or floor the GPU does not take (nothing is changed).
+        """
+        limits = device.power_smoothing_limits()
+        if limits is None:
+            self.log(f"{device.info.name} has no power smoothing (NVML's power floor and ramp limits, GB200 and "
+                     f"later): {request.describe()} not applied")
+            return False
+        current = device.knob_state().smoothing
+        if current is None:
+            raise KnobError(f"{device.info.name}: power smoothing settings unreadable")
+        target = _smoothing_target(device.info.name, current, limits, request)
+        if target == current:
+            self.log(f"{device.info.name} {request.describe()}: already so, nothing to change")
+            return False
+        return self._change(device, request.describe(), lambda: device.set_power_smoothing(target))
+
     def restore(self) -> None:
         """Put every device this controller changed back to its journaled original settings."""
         for key, device in list(self._changed.items()):
@@ -95,8 +126,7 @@ class KnobController:
             if original is not None:
                 apply_state(device, original)
                 self.journal.forget(key)
-                self.log(f"restored {device.info.name}: power limit {original.power_limit_w:g} W, clocks unlocked"
-                         if original.locked_sm_clocks_mhz is None else f"restored {device.info.name}")
+                self.log(f"restored {device.info.name}: {describe_state(original)}")
             del self._changed[key]
 
     def __enter__(self) -> KnobController:
@@ -151,3 +181,25 @@ class KnobController:
         self._changed[key] = device
         self.log(f"set {device.info.name} {what}")
         return True
+
+
+def _smoothing_target(name: str, current: SmoothingState, limits: SmoothingLimits,
+                      request: SmoothingRequest) -> SmoothingState:
+    """The power smoothing settings ``request`` asks for, from the GPU's ``current`` ones.
+
+    Raises:
+        ConfigError: A profile the GPU does not have, or a floor outside its range.
+    """
+    if request.profile is None:
+        return replace(current, enabled=False)
+    if request.profile >= limits.profiles:
+        raise ConfigError(f"power smoothing profile {request.profile} is not one of {name}'s: it has profiles "
+                          f"0-{limits.profiles - 1}")
+    if request.floor_pct is not None and not limits.min_floor_pct <= request.floor_pct <= limits.max_floor_pct:
+        raise ConfigError(f"power smoothing floor {request.floor_pct:g} % is outside the range of {name}: "
+                          f"{limits.min_floor_pct:g}-{limits.max_floor_pct:g} % of its total module power")
+    changes = {field: getattr(request, field) for field in SmoothingProfile.__dataclass_fields__
+               if getattr(request, field) is not None}
+    profiles = list(current.profiles)
+    profiles[request.profile] = replace(profiles[request.profile], **changes)
+    return SmoothingState(True, request.profile, tuple(profiles))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dtpo.devices.base import Device, DeviceError
+from dtpo.energy.sample_rate import check_sample_interval
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,10 @@ class Monitor:
         sample_interval_s: Period of the background power timeline; ``None`` for no sampler.
         clock: Monotonic clock.
         on_lost: Called once with a one-line message when a device stops answering.
+
+    Raises:
+        ConfigError: The interval is shorter than a device's source can resolve
+            (:mod:`dtpo.energy.sample_rate`).
     """
 
     def __init__(self, devices: list[Device], sample_interval_s: float | None = 0.1,
@@ -97,6 +102,8 @@ class Monitor:
                  on_lost: Callable[[str], None] | None = None) -> None:
         if sample_interval_s is not None and sample_interval_s <= 0:
             raise ValueError(f"sample interval must be positive, got {sample_interval_s:g}")
+        if sample_interval_s is not None:
+            check_sample_interval(devices, sample_interval_s)
         self.devices = list(devices)
         self._clock = clock
         self._on_lost = on_lost
@@ -208,9 +215,17 @@ class Monitor:
                 device.close()
 
     def _run_sampler(self) -> None:
-        assert self._interval is not None
-        while not self._stop.wait(self._interval):
+        """Sample on a fixed schedule (not ``interval`` after each sample, which drifts later by the sample's own
+        time, most at high rates); a sampler that fell behind skips ahead rather than catching up in a burst."""
+        interval = self._interval
+        assert interval is not None
+        due = time.monotonic() + interval
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
             self.sample()
+            due += interval
+            now = time.monotonic()
+            if due < now:
+                due = now + interval
 
 
 def combine(windows: list[WindowMeasurement], name: str | None = None) -> WindowMeasurement:

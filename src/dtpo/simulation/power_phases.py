@@ -13,8 +13,10 @@ power between idle and computing. So every GPU's power is a piecewise-constant s
   every figure labelled simulated.
 
 The communication time and power are parameters (:class:`StepPhases`), not a network model: the step's all-reduce
-is not overlapped with backward here. Knobs stay at the GPUs' defaults unless a power limit is given, set through
-the job's journaled :class:`~dtpo.devices.knobs.KnobController`.
+is not overlapped with backward here. A power floor (:attr:`StepPhases.floor_share`, what GB200's power smoothing
+holds) keeps every phase at or above that share of the power limit; the ramp limits of power smoothing are not
+simulated (the phases stay piecewise constant). Knobs stay at the GPUs' defaults unless a power limit is given,
+set through the job's journaled :class:`~dtpo.devices.knobs.KnobController`.
 """
 
 from __future__ import annotations
@@ -49,12 +51,14 @@ class StepPhases:
         comm_power_share: Power while communicating: idle power plus this share of (compute power - idle).
         sample_hz: The sampler's rate (what :meth:`PhasedRun.sampled` and :meth:`PhasedRun.write_run` use).
         counter_period_s: The energy counter updates only every this many seconds (0: continuously).
+        floor_share: Power smoothing's floor, as a share of the power limit: no phase draws less (0: no floor).
     """
 
     comm_share: float = 0.25
     comm_power_share: float = 0.3
     sample_hz: float = 50.0
     counter_period_s: float = 0.0
+    floor_share: float = 0.0
 
     def validate(self) -> None:
         """Raise a one-line :class:`ConfigError` for values no job could have."""
@@ -66,6 +70,9 @@ class StepPhases:
             raise ConfigError(f"sample rate must be between 0 and 10,000 Hz, got {self.sample_hz:g}")
         if not math.isfinite(self.counter_period_s) or self.counter_period_s < 0:
             raise ConfigError(f"counter period must be a finite number >= 0 s, got {self.counter_period_s:g}")
+        if not math.isfinite(self.floor_share) or not 0 <= self.floor_share <= 1:
+            raise ConfigError(f"power floor must be a share of the power limit between 0 and 1, got "
+                              f"{self.floor_share:g}")
 
 
 @dataclass(frozen=True)
@@ -295,8 +302,11 @@ def simulate_phases(config: JobConfig, phases: StepPhases | None = None, power_l
     comm = phases.comm_share * nominal * np.maximum(0.05, 1.0 + config.noise * rng.standard_normal(config.steps))
     step = compute.max(axis=0) + comm
     comm_w = point.idle_power_w + phases.comm_power_share * (point.power_w - point.idle_power_w)
+    floor_w = phases.floor_share * float(limit)
+    floor = f", a power floor of {100 * phases.floor_share:g} % of the limit" if floor_w > 0 else ""
     return PhasedRun(config=config, phases=phases, step_start_s=np.concatenate([[0.0], np.cumsum(step)]),
-                     compute_s=compute, compute_w=power, comm_s=comm, comm_w=float(comm_w),
-                     idle_w=float(point.idle_power_w), limit_w=float(limit), device=device,
+                     compute_s=compute, compute_w=np.maximum(power, floor_w), comm_s=comm,
+                     comm_w=max(float(comm_w), floor_w), idle_w=max(float(point.idle_power_w), floor_w),
+                     limit_w=float(limit), device=device,
                      detail=f"simulated GPU with step phases (communication {100 * phases.comm_share:g} % of compute "
-                            f"time at idle + {100 * phases.comm_power_share:g} % of the swing); {detail}")
+                            f"time at idle + {100 * phases.comm_power_share:g} % of the swing{floor}); {detail}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from fakes import FakeGpu
 
 from dtpo.core.config import KnobConfig
 from dtpo.core.errors import ConfigError
-from dtpo.devices.base import KnobLimits, KnobState
+from dtpo.devices.base import Device, KnobLimits, KnobState
 from dtpo.session.tuning.gpu_knobs import rank_gpus, start_knobs
 
 
@@ -67,9 +68,68 @@ def test_an_unsupported_value_is_an_error_and_restores_earlier_gpus() -> None:
     assert first.state == KnobState(300.0, None) and second.calls == []
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"power_limit_w": -5}, "--power-limit"),
-                                                 ({"sm_clock_mhz": 0}, "--sm-clock"),
-                                                 ({"mode": "yolo"}, "unknown knob mode|knobs.mode must be one of")])
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"power_limit_w": -5}, "--power-limit"),
+    ({"sm_clock_mhz": 0}, "--sm-clock"),
+    ({"mode": "yolo"}, "unknown knob mode|knobs.mode must be one of"),
+    ({"power_smoothing": "max"}, r"knobs.power_smoothing must be off or a preset profile 0-4 .*got 'max' "
+                                 r"\(--power-smoothing\)"),
+    ({"power_smoothing": "5"}, "preset profile must be 0-4, got 5"),
+    ({"power_smoothing": "1:floor=120"}, "floor is a share of the GPU's total module power: 0-100 %, got 120"),
+    ({"power_smoothing": "1:ramp_up=0"}, "ramp_up must be a rate in W/s above 0"),
+    ({"power_smoothing": "1:ramp=5"}, "unknown parameter 'ramp=5'"),
+    ({"power_smoothing": "1:floor=a"}, "floor must be a number, got 'a'"),
+    ({"power_smoothing": "1:floor=10,floor=20"}, "names floor twice"),
+    ({"power_smoothing": "off:floor=10"}, "off takes no parameters"),
+])
 def test_bad_knob_config_is_one_clear_error(kwargs: dict, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as raised:
         KnobConfig(**kwargs)
+    assert "\n" not in str(raised.value)
+
+
+def test_power_smoothing_is_set_for_the_run_and_restored_after(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = _virtual_gpu(tmp_path, monkeypatch, power_smoothing=True)
+    before, lines = gpu.knob_state(), []
+    config = KnobConfig(power_smoothing="3:ramp_down=80")
+    assert config.requested and config.smoothing is not None and config.smoothing.profile == 3
+    controller = start_knobs(config, [gpu], log=lines.append)
+    assert controller is not None
+    smoothing = gpu.knob_state().smoothing
+    assert smoothing is not None and smoothing.enabled and smoothing.active_profile == 3
+    assert smoothing.profiles[3].ramp_down_w_per_s == 80
+    controller.__exit__(None, None, None)
+    assert gpu.knob_state() == before
+    assert lines[0].startswith("set gpu0") and lines[-1].startswith("restored gpu0")
+    gpu.close()
+
+
+@pytest.mark.parametrize(("smoothing", "mode", "said"), [
+    (True, "dry-run", "dry run: would set gpu0 (NVIDIA H100 80GB HBM3) power smoothing profile 1"),
+    (False, "apply", "gpu0 (NVIDIA H100 80GB HBM3) has no power smoothing (NVML's power floor and ramp limits, "
+                     "GB200 and later): power smoothing profile 1 not applied"),
+])
+def test_dry_run_or_a_gpu_without_smoothing_only_logs(smoothing: bool, mode: str, said: str, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = _virtual_gpu(tmp_path, monkeypatch, power_smoothing=smoothing)
+    before, lines = gpu.knob_state(), []
+    controller = start_knobs(KnobConfig(power_smoothing="1", mode=mode), [gpu], log=lines.append)
+    assert controller is not None
+    controller.__exit__(None, None, None)
+    assert lines == [said] and gpu.knob_state() == before
+    gpu.close()
+
+
+def _virtual_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **options: object) -> Device:
+    pytest.importorskip("pynvml", reason="nvidia-ml-py (the dev extra) is not installed")
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler to build the NVML stand-in")
+    from dtpo.devices.nvml import open_nvml_gpus
+    from dtpo.devices.virtual_nvml import ENV
+    from dtpo.devices.virtual_nvml.make import create
+
+    made = create(tmp_path / "vgpu", gpu="H100-SXM", root=True, **options)  # type: ignore[arg-type]
+    monkeypatch.setenv(ENV, str(made.directory))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    (gpu,) = open_nvml_gpus()
+    return gpu

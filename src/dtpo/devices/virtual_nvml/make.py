@@ -37,6 +37,13 @@ NVML_NAMES = {
 MEMORY_CLOCKS = {"a40": 7251, "v100": 877, "h100-sxm": 2619, "a100-sxm": 1593, "p100-pcie": 715, "p100-sxm2": 715,
                  "t4": 5001, "l4": 6251, "h100-pcie": 1593, "a100-pcie": 1512, "h200": 3201}
 PRE_VOLTA = ("p100",)  # no total-energy counter, no clock locks: NVML answers NOT_SUPPORTED
+# The stand-in's own preset profiles of power smoothing (NVIDIA publishes no defaults): profile p floors power at
+# 20 x p % of the highest power limit, ramps up at 500 W/s and down at 250 W/s after 1 s of low power.
+SMOOTHING_FLOOR_STEP_PCT = 20.0
+SMOOTHING_RAMP_UP_MW_PER_S = 500_000.0
+SMOOTHING_RAMP_DOWN_MW_PER_S = 250_000.0
+SMOOTHING_HYSTERESIS_MS = 1000.0
+SMOOTHING_FLOOR_RANGE_PCT = (0.0, 90.0)
 MIG_CAPABLE = ("a100", "a30", "h100", "h200", "b200")
 
 
@@ -82,6 +89,15 @@ def _flags(spec: PowerSpec) -> int:
     return flags | (st.HAS_MIG if key.startswith(MIG_CAPABLE) else 0)
 
 
+def _fill_smoothing(gpu: st.GpuState) -> None:
+    """Give a GPU power smoothing (off, profile 0 active), with the stand-in's preset profiles."""
+    gpu.flags |= st.HAS_POWER_SMOOTHING
+    gpu.smoothing_min_floor_pct, gpu.smoothing_max_floor_pct = SMOOTHING_FLOOR_RANGE_PCT
+    for profile in range(st.SMOOTHING_PROFILES):
+        gpu.smoothing_params[profile][:] = (SMOOTHING_FLOOR_STEP_PCT * profile, SMOOTHING_RAMP_UP_MW_PER_S,
+                                            SMOOTHING_RAMP_DOWN_MW_PER_S, SMOOTHING_HYSTERESIS_MS)
+
+
 def _fill_gpu(gpu: st.GpuState, spec: PowerSpec, index: int, workload: str, utilization: float,
               directory: Path) -> None:
     model = load_model(spec.name, workload)
@@ -115,7 +131,7 @@ def _fill_gpu(gpu: st.GpuState, spec: PowerSpec, index: int, workload: str, util
 
 def create(directory: str | Path, gpu: str = "A40", count: int = 1, workload: str = "resnet50",
            root: bool = False, utilization: float = 1.0, log_calls: bool = False,
-           slow_steps: bool = False) -> VirtualGpus:
+           slow_steps: bool = False, power_smoothing: bool = False) -> VirtualGpus:
     """Build the stand-in and a fresh state of ``count`` virtual GPUs in ``directory``.
 
     Args:
@@ -129,6 +145,8 @@ def create(directory: str | Path, gpu: str = "A40", count: int = 1, workload: st
         log_calls: Append every NVML call to ``calls.log`` beside the state (for tests and debugging).
         slow_steps: Let dtpo slow each training step on these GPUs by the simulator's slowdown at the setting in
             force (a delay inside compute, labelled in the record), so a tuning run trades time as on a real GPU.
+        power_smoothing: Give the GPUs NVML's power smoothing (GB200's floor and ramp limits; off at the start),
+            whatever their model; without it they answer NOT_SUPPORTED, as GPUs before GB200 do.
 
     Raises:
         ConfigError: A bad argument (one line).
@@ -149,6 +167,8 @@ def create(directory: str | Path, gpu: str = "A40", count: int = 1, workload: st
                      log_calls=int(log_calls), slow_steps=int(slow_steps), driver_version=DRIVER_VERSION.encode())
     for index in range(int(count)):
         _fill_gpu(state.gpus[index], spec, index, workload, utilization, path)
+        if power_smoothing:
+            _fill_smoothing(state.gpus[index])
     (path / st.CALL_LOG).unlink(missing_ok=True)
     st.write_new(path / st.STATE_FILE, state)
     _check_layout(path / LIBRARY)

@@ -10,17 +10,20 @@
 #include <stdint.h>
 
 #define VG_MAGIC 0x55504756u /* "VGPU" */
-#define VG_VERSION 3u
+#define VG_VERSION 4u
 #define VG_MAX_GPUS 16
 #define VG_MAX_CLOCKS 512
 #define VG_LIMIT_POINTS 64
 #define VG_TEXT 96
 #define VG_NOTE 256
+#define VG_SMOOTHING_PROFILES 5 /* NVML_POWER_SMOOTHING_MAX_NUM_PROFILES */
+#define VG_SMOOTHING_PARAMS 4   /* floor (% of TMP), ramp up (mW/s), ramp down (mW/s), ramp-down hysteresis (ms) */
 
 /* Feature flags of one GPU model: what NVML answers NOT_SUPPORTED for when absent. */
 #define VG_HAS_ENERGY_COUNTER 1u /* nvmlDeviceGetTotalEnergyConsumption: Volta and later */
 #define VG_HAS_LOCKED_CLOCKS 2u  /* nvmlDeviceSetGpuLockedClocks: Volta and later */
 #define VG_HAS_MIG 4u            /* nvmlDeviceGetMigMode answers (disabled) rather than NOT_SUPPORTED */
+#define VG_HAS_POWER_SMOOTHING 8u /* nvmlDevicePowerSmoothing* and its fields: GB200 and later */
 
 typedef struct {
     char name[VG_TEXT];         /* what nvmlDeviceGetName returns */
@@ -49,6 +52,10 @@ typedef struct {
     uint64_t energy_offset_mj;  /* added to the counter (modulo 2^64): faults (a counter that wraps or jumps) */
     double energy_mj;           /* energy since the state was made */
     int64_t updated_ns;         /* CLOCK_MONOTONIC of the last update of energy_mj */
+    uint32_t smoothing_enabled; /* power smoothing on: power never falls below the active profile's floor */
+    uint32_t smoothing_profile; /* the active preset profile */
+    float smoothing_min_floor_pct, smoothing_max_floor_pct; /* the floors a profile may be given */
+    double smoothing_params[VG_SMOOTHING_PROFILES][VG_SMOOTHING_PARAMS]; /* in NVML's units, see above */
 } vg_gpu;
 
 typedef struct {

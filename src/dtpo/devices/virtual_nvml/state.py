@@ -15,16 +15,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 MAGIC = 0x55504756
-VERSION = 3
+VERSION = 4
 MAX_GPUS = 16
 MAX_CLOCKS = 512
 LIMIT_POINTS = 64
 TEXT = 96
 NOTE = 256
+SMOOTHING_PROFILES = 5
+SMOOTHING_PARAMS = 4  # floor (% of TMP), ramp up (mW/s), ramp down (mW/s), hysteresis (ms)
 
 HAS_ENERGY_COUNTER = 1
 HAS_LOCKED_CLOCKS = 2
 HAS_MIG = 4
+HAS_POWER_SMOOTHING = 8
 
 STATE_FILE = "state.bin"
 CALL_LOG = "calls.log"
@@ -63,6 +66,11 @@ class GpuState(ctypes.Structure):
         ("energy_offset_mj", ctypes.c_uint64),
         ("energy_mj", ctypes.c_double),
         ("updated_ns", ctypes.c_int64),
+        ("smoothing_enabled", ctypes.c_uint32),
+        ("smoothing_profile", ctypes.c_uint32),
+        ("smoothing_min_floor_pct", ctypes.c_float),
+        ("smoothing_max_floor_pct", ctypes.c_float),
+        ("smoothing_params", (ctypes.c_double * SMOOTHING_PARAMS) * SMOOTHING_PROFILES),
     ]
 
 

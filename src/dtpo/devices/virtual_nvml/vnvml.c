@@ -8,8 +8,11 @@
  * What it models: the board power under the limit and clock lock in force (tables precomputed by dtpo from
  * its calibrated GPU model), an energy counter in mJ that advances with wall time at that power, limit
  * constraints (INVALID_ARGUMENT outside them), NO_PERMISSION for setters unless the state says "root",
- * NOT_SUPPORTED for what a GPU model lacks (no energy counter or clock locks before Volta, no MIG), and
- * faults: a GPU that is lost (GPU_IS_LOST), a counter offset that makes it wrap or jump back.
+ * NOT_SUPPORTED for what a GPU model lacks (no energy counter or clock locks before Volta, no MIG, no power
+ * smoothing unless made with it), and faults: a GPU that is lost (GPU_IS_LOST), a counter offset that makes it
+ * wrap or jump back. Power smoothing (NVML's GB200 API: preset profiles with a floor and ramp limits, read through
+ * field values) keeps power at or above the active profile's floor while it is on; its ramps are stored and read
+ * back, not modelled (the stand-in's power only changes when a knob does).
  *
  * It is not NVIDIA's library and never claims to be: dtpoVirtualGpuDescribe(), which the real library
  * does not have, tells dtpo that its figures are simulated.
@@ -37,6 +40,53 @@ typedef struct {
     unsigned int memory;
 } nvmlUtilization_t;
 
+typedef union {
+    double dVal;
+    unsigned int uiVal;
+    unsigned long ulVal;
+    unsigned long long ullVal;
+    long long sllVal;
+    int siVal;
+    unsigned short usVal;
+} nvmlValue_t;
+
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;   /* microseconds */
+    long long latencyUsec;
+    int valueType;         /* NVML_VALUE_TYPE_* */
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int profileId;
+    unsigned int paramId;
+    double value;
+} nvmlPowerSmoothingProfile_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int state; /* NVML_FEATURE_DISABLED or NVML_FEATURE_ENABLED */
+} nvmlPowerSmoothingState_t;
+
+#define NVML_POWER_SMOOTHING_PROFILE_V1 0x1000018u
+#define NVML_POWER_SMOOTHING_STATE_V1 0x1000008u
+enum { NVML_VALUE_TYPE_DOUBLE = 0, NVML_VALUE_TYPE_UNSIGNED_INT = 1 };
+enum { /* NVML_FI_PWR_SMOOTHING_* */
+    FI_SMOOTHING_ENABLED = 251,
+    FI_SMOOTHING_MAX_FLOOR = 256,
+    FI_SMOOTHING_MIN_FLOOR = 257,
+    FI_SMOOTHING_PROFILES = 259,
+    FI_SMOOTHING_PROFILE_FLOOR = 260,
+    FI_SMOOTHING_PROFILE_RAMP_UP = 261,
+    FI_SMOOTHING_PROFILE_RAMP_DOWN = 262,
+    FI_SMOOTHING_PROFILE_HYSTERESIS = 263,
+    FI_SMOOTHING_ACTIVE_PROFILE = 264,
+};
+
 enum {
     NVML_SUCCESS = 0,
     NVML_ERROR_UNINITIALIZED = 1,
@@ -48,6 +98,7 @@ enum {
     NVML_ERROR_DRIVER_NOT_LOADED = 9,
     NVML_ERROR_GPU_IS_LOST = 15,
     NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH = 25,
     NVML_ERROR_UNKNOWN = 999,
 };
 
@@ -194,10 +245,22 @@ static void settle(const vg_gpu *g, double *busy_w, double *clock_mhz) {
     settle_all(g, busy_w, clock_mhz, &factor);
 }
 
+/* Power smoothing's floor in force, in W (0 when it is off): the active profile's share of the total module
+ * power, taken as the GPU's highest power limit. */
+static double smoothing_floor_w(const vg_gpu *g) {
+    if (!(g->flags & VG_HAS_POWER_SMOOTHING) || !g->smoothing_enabled || g->smoothing_profile >= VG_SMOOTHING_PROFILES)
+        return 0.0;
+    return g->smoothing_params[g->smoothing_profile][0] / 100.0 * (g->max_limit_mw / 1000.0);
+}
+
 static double power_now_w(const vg_gpu *g) {
     double busy, clock;
     settle(g, &busy, &clock);
-    return g->idle_w + g->utilization * (busy - g->idle_w);
+    double power = g->idle_w + g->utilization * (busy - g->idle_w);
+    double floor = smoothing_floor_w(g);
+    double limit = g->limit_mw / 1000.0;
+    if (floor > limit) floor = limit; /* the power limit still caps it */
+    return power < floor ? floor : power;
 }
 
 /* Brings the energy counter up to now at the power in force until now; call before any change of it. */
@@ -284,6 +347,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
     case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
     case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
     case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
     default: return "Unknown Error";
     }
 }
@@ -547,6 +611,110 @@ nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, int type, unsigned i
     else if (type == NVML_CLOCK_MEM) *clock = device->mem_clock_mhz;
     else ret = NVML_ERROR_NOT_SUPPORTED;
     END("nvmlDeviceGetMaxClockInfo", device, "-")
+}
+
+/* -- power smoothing (GB200 and later) -------------------------------------------------------------------------- */
+
+static void field_value(const vg_gpu *g, nvmlFieldValue_t *v) {
+    int smoothing = (g->flags & VG_HAS_POWER_SMOOTHING) != 0;
+    v->timestamp = now_ns() / 1000;
+    v->latencyUsec = 0;
+    v->nvmlReturn = NVML_SUCCESS;
+    v->valueType = NVML_VALUE_TYPE_UNSIGNED_INT;
+    unsigned int scope = v->scopeId;
+    switch (v->fieldId) {
+    case FI_SMOOTHING_ENABLED: v->value.uiVal = g->smoothing_enabled; break;
+    case FI_SMOOTHING_ACTIVE_PROFILE: v->value.uiVal = g->smoothing_profile; break;
+    case FI_SMOOTHING_PROFILES: v->value.uiVal = VG_SMOOTHING_PROFILES; break;
+    case FI_SMOOTHING_MIN_FLOOR:
+        v->valueType = NVML_VALUE_TYPE_DOUBLE;
+        v->value.dVal = g->smoothing_min_floor_pct;
+        break;
+    case FI_SMOOTHING_MAX_FLOOR:
+        v->valueType = NVML_VALUE_TYPE_DOUBLE;
+        v->value.dVal = g->smoothing_max_floor_pct;
+        break;
+    case FI_SMOOTHING_PROFILE_FLOOR:
+    case FI_SMOOTHING_PROFILE_RAMP_UP:
+    case FI_SMOOTHING_PROFILE_RAMP_DOWN:
+    case FI_SMOOTHING_PROFILE_HYSTERESIS:
+        if (scope >= VG_SMOOTHING_PROFILES) {
+            v->nvmlReturn = NVML_ERROR_INVALID_ARGUMENT;
+        } else if (v->fieldId == FI_SMOOTHING_PROFILE_FLOOR) {
+            v->valueType = NVML_VALUE_TYPE_DOUBLE;
+            v->value.dVal = g->smoothing_params[scope][0];
+        } else {
+            v->value.uiVal = (unsigned int)(g->smoothing_params[scope][v->fieldId - FI_SMOOTHING_PROFILE_FLOOR] + 0.5);
+        }
+        break;
+    default: v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; return;
+    }
+    if (!smoothing) v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; /* every field dtpo asks for is a smoothing field */
+}
+
+/* Answers the power smoothing fields; any other field is NOT_SUPPORTED (the call itself succeeds, as NVML's does). */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t *values) {
+    BEGIN(device)
+    if (count < 0 || (count > 0 && !values)) ret = NVML_ERROR_INVALID_ARGUMENT;
+    else
+        for (int i = 0; i < count; i++) field_value(device, &values[i]);
+    END("nvmlDeviceGetFieldValues", device, "-")
+}
+
+/* The checks every power smoothing setter makes, in NVML's order: the feature, then permission. */
+static nvmlReturn_t smoothing_settable(const vg_gpu *g) {
+    if (!(g->flags & VG_HAS_POWER_SMOOTHING)) return NVML_ERROR_NOT_SUPPORTED;
+    if (!g_state->root) return NVML_ERROR_NO_PERMISSION;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDevicePowerSmoothingSetState(nvmlDevice_t device, nvmlPowerSmoothingState_t *state) {
+    char args[32];
+    snprintf(args, sizeof args, "%u", state ? state->state : 0u);
+    BEGIN(device)
+    if ((ret = smoothing_settable(device)) != NVML_SUCCESS) {
+    } else if (!state || state->state > 1) ret = NVML_ERROR_INVALID_ARGUMENT;
+    else if (state->version != NVML_POWER_SMOOTHING_STATE_V1) ret = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    else {
+        advance(device);
+        device->smoothing_enabled = state->state;
+    }
+    END("nvmlDevicePowerSmoothingSetState", device, args)
+}
+
+nvmlReturn_t nvmlDevicePowerSmoothingActivatePresetProfile(nvmlDevice_t device, nvmlPowerSmoothingProfile_t *profile) {
+    char args[32];
+    snprintf(args, sizeof args, "%u", profile ? profile->profileId : 0u);
+    BEGIN(device)
+    if ((ret = smoothing_settable(device)) != NVML_SUCCESS) {
+    } else if (!profile || profile->profileId >= VG_SMOOTHING_PROFILES) ret = NVML_ERROR_INVALID_ARGUMENT;
+    else if (profile->version != NVML_POWER_SMOOTHING_PROFILE_V1) ret = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    else {
+        advance(device);
+        device->smoothing_profile = profile->profileId;
+    }
+    END("nvmlDevicePowerSmoothingActivatePresetProfile", device, args)
+}
+
+nvmlReturn_t nvmlDevicePowerSmoothingUpdatePresetProfileParam(nvmlDevice_t device,
+                                                              nvmlPowerSmoothingProfile_t *profile) {
+    char args[64];
+    snprintf(args, sizeof args, "%u,%u,%g", profile ? profile->profileId : 0u, profile ? profile->paramId : 0u,
+             profile ? profile->value : 0.0);
+    BEGIN(device)
+    if ((ret = smoothing_settable(device)) != NVML_SUCCESS) {
+    } else if (!profile || profile->profileId >= VG_SMOOTHING_PROFILES) ret = NVML_ERROR_INVALID_ARGUMENT;
+    else if (profile->version != NVML_POWER_SMOOTHING_PROFILE_V1) ret = NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    else if (profile->paramId >= VG_SMOOTHING_PARAMS) ret = NVML_ERROR_NOT_SUPPORTED; /* the later floor params */
+    else if (profile->paramId == 0 && (profile->value < device->smoothing_min_floor_pct ||
+                                       profile->value > device->smoothing_max_floor_pct))
+        ret = NVML_ERROR_INVALID_ARGUMENT;
+    else if (profile->paramId > 0 && !(profile->value >= 0.0)) ret = NVML_ERROR_INVALID_ARGUMENT;
+    else {
+        advance(device);
+        device->smoothing_params[profile->profileId][profile->paramId] = profile->value;
+    }
+    END("nvmlDevicePowerSmoothingUpdatePresetProfileParam", device, args)
 }
 
 /* -- what monitors show --------------------------------------------------------------------------------------- */

@@ -31,6 +31,14 @@ def rank_gpus(energy_devices: list[Device] | None, local_rank: int, cuda: bool) 
     return [d for d in devices if d.knob_key is not None]
 
 
+def _has_smoothing(gpu: Device) -> bool:
+    """Whether a GPU has power smoothing (one NVML cannot tell about counts as without)."""
+    try:
+        return gpu.power_smoothing_limits() is not None
+    except KnobError:
+        return False
+
+
 def start_knobs(config: KnobConfig, gpus: list[Device], log: Callable[[str], None] = log_knob_action
                 ) -> KnobController | None:
     """Set the requested knobs on ``gpus`` and return the controller that restores them (``None``: nothing
@@ -42,10 +50,11 @@ def start_knobs(config: KnobConfig, gpus: list[Device], log: Callable[[str], Non
     if not config.requested:
         return None
     if not gpus:
-        log("no GPU with power knobs on this rank (CPU run?); --power-limit/--sm-clock not applied")
+        log("no GPU with power knobs on this rank (CPU run?); --power-limit/--sm-clock/--power-smoothing not applied")
         return None
     controller = KnobController(config.mode, log=log)
     controller.__enter__()
+    smoothing = config.smoothing
     try:
         for gpu in gpus:
             try:
@@ -53,6 +62,8 @@ def start_knobs(config: KnobConfig, gpus: list[Device], log: Callable[[str], Non
                     controller.set_power_limit(gpu, config.power_limit_w)
                 if config.sm_clock_mhz is not None:
                     controller.lock_sm_clock(gpu, config.sm_clock_mhz)
+                if smoothing is not None:
+                    controller.set_power_smoothing(gpu, smoothing)
             except KnobError as exc:
                 log(f"{exc}; continuing without changing {gpu.info.name}")
     except BaseException:
@@ -91,11 +102,15 @@ class KnobCallback(Callback):
                                         note="no GPU with power knobs on this rank: nothing was applied")
             return
         mode = controller.mode if controller is not None else self.config.mode
+        note = {"apply": "set for the run and restored at its end", "dry-run": "dry run: logged, not applied",
+                "observe": "observe: not applied"}.get(mode, "")
+        smoothing = self.config.smoothing
+        if smoothing is not None:
+            without = [gpu.info.name for gpu in self.gpus if not _has_smoothing(gpu)]
+            note += f"; {smoothing.describe()}" + (f" (not on {', '.join(without)}: no power smoothing)" if without
+                                                    else "")
         rank_record.knobs = replace(requested, applied=mode == "apply", mode=mode,
-                                    gpus=[gpu.info.name for gpu in self.gpus],
-                                    note={"apply": "set for the run and restored at its end",
-                                          "dry-run": "dry run: logged, not applied",
-                                          "observe": "observe: not applied"}.get(mode, ""))
+                                    gpus=[gpu.info.name for gpu in self.gpus], note=note)
 
     def tuner_state(self) -> None:
         """Fixed knobs: no tuner."""

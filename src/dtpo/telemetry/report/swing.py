@@ -60,7 +60,8 @@ def swing_svg(swing: RunSwing) -> str:
                     break
                 right.axvline(k * swing.step_rate_hz, color="#444444", lw=0.6, ls=":",
                               label="step rate and harmonics" if k == 1 else None)
-            right.legend(loc="lower left", fontsize=7)
+            if right.get_legend_handles_labels()[0]:  # no line where the step rate is above the band shown
+                right.legend(loc="lower left", fontsize=7)
         right.set_xscale("log")
         right.set_xlim(max(seen.low_hz, 0.05), top)
         right.set_xlabel("Hz (shaded: 0.1-1, 1-2.5, 2.5-7, 7-20 Hz)")
