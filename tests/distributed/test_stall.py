@@ -8,6 +8,7 @@ import pytest
 
 from dtpo.core.errors import LaunchError
 from dtpo.distributed.heartbeat import Beat, HeartbeatWriter
+from dtpo.distributed.node_beats import SilentNode
 from dtpo.distributed.stall import Stall, StallPolicy, StallWatch, find_stall
 
 POLICY = StallPolicy(factor=10.0, floor_s=5.0, beat_stale_s=3.0)
@@ -124,3 +125,22 @@ def test_the_watch_follows_the_newest_attempt(tmp_path: Path) -> None:
 def test_a_watch_that_is_off_starts_no_thread(tmp_path: Path) -> None:
     with StallWatch(tmp_path, StallPolicy(factor=0.0)) as watch:
         assert watch._thread is None
+
+
+def test_ranks_waiting_for_a_lost_node_name_that_node() -> None:
+    lost = SilentNode("node-b", 6.2)
+    stall = find_stall([beat(0), beat(1)], 100.0, POLICY, [lost])
+    assert stall is not None and stall.why == "node" and stall.lost == lost and stall.ranks == (0, 1)
+    assert stall.describe().startswith("node node-b lost at step 7: its launcher went silent 6.2 s ago, and ranks 0, "
+                                       "1 on node node-a made no progress for 100.0 s")
+
+
+def test_a_node_cut_off_says_it_lost_the_rendezvous_host() -> None:
+    stall = find_stall([beat(0)], 100.0, POLICY, [SilentNode("10.0.0.1", 4.5, this_node=True)])
+    assert stall is not None
+    assert stall.describe().startswith("node node-a lost the rendezvous host 10.0.0.1 at step 7: no answer for 4.5 s")
+
+
+def test_a_silent_node_does_not_hide_a_local_rank_that_stopped() -> None:
+    stall = find_stall([beat(0), beat(1, beat_at=90.0)], 100.0, POLICY, [SilentNode("node-b", 6.0)])
+    assert stall is not None and stall.why == "silent" and stall.ranks == (1,) and stall.lost is None

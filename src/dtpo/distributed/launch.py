@@ -209,7 +209,7 @@ def launch(args: argparse.Namespace, config: Path | None = None, agent_path: Pat
 def _node_beats(args: argparse.Namespace) -> NodeBeats | None:
     """The launchers' beats to each other through the rendezvous store, in a job of several nodes."""
     _, max_nodes = torchrun.parse_min_max_nnodes(args.nnodes)
-    if args.standalone or max_nodes < 2:
+    if args.standalone or max_nodes < 2 or args.rdzv_backend not in ("c10d", "static"):  # a TCPStore to share
         return None
     host, port = parse_rendezvous_endpoint(torchrun.get_rdzv_endpoint(args), default_port=29400)
     return NodeBeats(f"{host}:{port}", args.rdzv_id)

@@ -74,6 +74,7 @@ class NodeBeats:
         self._seen: dict[str, tuple[int, float]] = {}  # member -> (its counter, when it last moved)
         self._answered_at: float | None = None  # when the store last answered (None: never yet)
         self._lock = threading.Lock()
+        self._armed = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -84,6 +85,7 @@ class NodeBeats:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        self._armed.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * _STORE_TIMEOUT_S + self.interval_s)
 
@@ -120,7 +122,13 @@ class NodeBeats:
                     for member, (_, moved) in sorted(self._seen.items())
                     if member != self.me and now - moved > after_s]
 
+    def arm(self) -> None:
+        """Start beating: the workers run, so the rendezvous store is up (before it, connecting would only fill
+        the terminal with c10d's connection warnings)."""
+        self._armed.set()
+
     def _run(self) -> None:
+        self._armed.wait()
         while not self._stop.is_set():
             self.beat()
             self._stop.wait(self.interval_s)

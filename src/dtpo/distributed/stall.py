@@ -210,7 +210,10 @@ class StallWatch:
     def check(self) -> Stall | None:
         """Look once: find a stall in the newest attempt not yet acted on, report it and stop its ranks."""
         beats = read_beats(self.directory)
-        self.saw_workers = self.saw_workers or bool(beats)
+        if beats and not self.saw_workers:
+            self.saw_workers = True
+            if self.nodes is not None:
+                self.nodes.arm()
         handled = max((stall.attempt for stall in self.stalls), default=-1)
         attempt = max((beat.attempt for beat in beats), default=-1)
         if attempt <= handled:
