@@ -23,6 +23,7 @@ from dtpo.core.config import RunConfig
 from dtpo.core.errors import ConfigError, DtpoError, first_line
 from dtpo.core.launch_contract import LaunchContract
 from dtpo.core.logs import configure_logging
+from dtpo.distributed.oom import says_out_of_memory
 from dtpo.distributed.process_group import lost_a_peer
 from dtpo.session.lifecycle import Interrupted
 from dtpo.workloads import get_workload, with_workload_defaults
@@ -108,18 +109,11 @@ def main(argv: list[str] | None = None) -> None:
         if lost_a_peer(exc):  # its record keeps the error; the launcher names the rank that stopped
             log.error("a collective failed because another rank stopped: %s", first_line(str(exc)))
             sys.exit(1)
-        if not is_out_of_memory(exc):
+        if not isinstance(exc, torch.OutOfMemoryError | MemoryError) and not says_out_of_memory(str(exc)):
             raise
         log.error("out of memory: a micro-batch of %s samples does not fit on this device; lower --batch-size",
                   config.workload.batch_size if config is not None else "the configured number of")
         sys.exit(1)
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether an exception says an allocation failed (CUDA's OutOfMemoryError, the CPU allocator's error)."""
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return True
-    return "can't allocate memory" in str(exc) or "out of memory" in str(exc).lower()
 
 
 if __name__ == "__main__":
