@@ -144,3 +144,23 @@ def test_a_per_gpu_batch_each_point_gives_becomes_a_table(bench: ModuleType) -> 
     del series["per_gpu_batch"]
     scenario = bench.load(series)[0]
     assert scenario.per_gpu_batch == ((16, 6), (512, 4)) and scenario.grad_accum == ((16, 640), (512, 16))
+
+
+def test_the_known_outliers_are_counted_apart_and_the_rest_meets_the_goals(bench: ModuleType,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    if not bench.DEFAULT_DATA.exists():
+        pytest.skip(f"{bench.DEFAULT_DATA} is not beside the repository")
+    assert bench.main([]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "known outliers counted apart: 2" in out and "OUTLIER dle_pt_bert_large_ph2_tf32_dgxa100 at 256" in out
+
+
+def test_the_framework_point_is_the_series_first_point_on_two_nodes(bench: ModuleType) -> None:
+    series = _series(hardware="DGX A100", model="BERT-Large", per_gpu_batch=32,
+                     points=[{"gpus": 8, "throughput": 100.0}, {"gpus": 16, "throughput": 190.0},
+                             {"gpus": 32, "throughput": 370.0}])
+    scenario = bench.load(series)[0]
+    baseline = bench.with_framework_point(scenario, series).baseline
+    assert (baseline.multi_node_gpus, baseline.multi_node_throughput) == (16, 190.0)
+    on_two = bench.calibrated_on(scenario, series, 1)  # calibrated on two nodes already: nothing to add
+    assert bench.with_framework_point(on_two, series).baseline.multi_node_gpus is None

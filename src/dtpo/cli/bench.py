@@ -18,6 +18,7 @@ from dtpo.core.errors import ConfigError
 from dtpo.core.files import default_run_root
 from dtpo.core.record import RunRecord, new_run_id, write_json_atomic
 from dtpo.distributed.run_dir import prepare_run_dir
+from dtpo.plan.batch_fit import BATCH_RUN_PREFIX, batch_times_from_bench, fit_batch_times
 from dtpo.telemetry.artifacts import write_report_beside
 from dtpo.telemetry.scaling import BENCH_SCHEMA, bench_table, scaling_rows
 from dtpo.telemetry.store.figures import config_kind
@@ -75,8 +76,23 @@ def for_worker_count(config: RunConfig, count: int) -> RunConfig:
     return config.replace(launch={"workers": count})
 
 
-def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
-    """Train ``config`` at every worker count (weak scaling: the per-worker batch stays the same).
+def parse_batch_sizes(text: str) -> list[int]:
+    """``"8,32,128"`` -> ``[8, 32, 128]``: two or more distinct positive integers (a fit needs two)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise ConfigError(f"--batch-sizes must be a comma-separated list of positive integers, e.g. 8,32,128; "
+                          f"got {text!r}")
+    sizes = sorted({int(part) for part in parts})
+    if len(sizes) < 2:
+        raise ConfigError(f"--batch-sizes needs two or more different sizes to split a fixed from a per-sample part, "
+                          f"got {text!r}")
+    return sizes
+
+
+def run_bench(config: RunConfig, counts: list[int], batch_sizes: list[int] | None = None) -> tuple[Path, list[dict]]:
+    """Train ``config`` at every worker count (weak scaling: the per-worker batch stays the same), and with
+    ``batch_sizes``, on one worker at each of those micro-batch sizes (``batch-B/``), whose times
+    :mod:`dtpo.plan.batch_fit` splits into a fixed and a per-sample part for ``dtpo plan --from-bench``.
 
     Threads per worker are decided for each count (unless the user fixed them), so a 2-worker run does not
     inherit the 1-worker run's threads and oversubscribe the CPU. Returns the bench directory and its rows.
@@ -86,6 +102,8 @@ def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
     ``running`` until it ends, then ``completed`` or how it failed.
     """
     resolved = {count: resolve(for_worker_count(config, count)) for count in counts}
+    by_batch = {size: resolve(for_worker_count(config, 1).replace(workload={"batch_size": size}))
+                for size in batch_sizes or ()}
     check_store_path(config.telemetry.store)
     bench_dir = prepare_run_dir(config.launch.run_dir or default_run_root() / f"bench-{new_run_id()}",
                                 overwrite=config.launch.overwrite)
@@ -110,6 +128,14 @@ def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
             records[count] = record
             if count > 1:
                 probe_link(count, run_dir / LINK_PROBE_FILE, run_config.launch.backend)
+        for size, run_config in by_batch.items():
+            console.print(f"[bold]bench:[/bold] {run_config.workload.name} on 1 worker, micro-batch {size}")
+            run_dir = prepare_run_dir(bench_dir / f"{BATCH_RUN_PREFIX}{size}", overwrite=config.launch.overwrite)
+            run_dict = run_config.replace(launch={"run_dir": str(run_dir)}).to_dict()
+            with registered(store, config_kind(run_dict), run_dir, run_dict, parent=bench.id) as entry:
+                outcome = launch_training(run_config, run_dir)
+                entry.record = conclude_run(outcome, console, quiet=True) if outcome.recorded else None
+                end_run(outcome, entry.record)
         rows = scaling_rows(records)
         for row in rows:
             row["threads_per_worker"] = resolved[row["workers"]].launch.threads_per_worker
@@ -117,6 +143,8 @@ def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
                                         f"{first.workload.batch_size} fixed (weak scaling)"))
         path = bench_dir / "bench.json"
         data = {"schema": BENCH_SCHEMA, "workload": first.workload.name, "config": bench_config, "rows": rows}
+        if by_batch:
+            data["micro_batch"] = micro_batch_section(bench_dir, console)
         write_json_atomic(path, data)
         bench.result = data
         console.print(f"bench record: {path}")
@@ -127,9 +155,29 @@ def run_bench(config: RunConfig, counts: list[int]) -> tuple[Path, list[dict]]:
     return bench_dir, rows
 
 
-def _bench(config: RunConfig, workers: str = "1,2") -> None:
-    """Measure throughput and scaling efficiency of one workload at several worker counts (weak scaling)."""
-    run_bench(config, parse_worker_counts(workers))
+def micro_batch_section(bench_dir: Path, console: object) -> dict:
+    """The bench's micro-batch times by batch size and their fit (fixed and per-sample parts), printed and as a dict
+    for ``bench.json``; the fit is ``None`` (with its reason) where the times do not split."""
+    points = batch_times_from_bench(bench_dir)
+    section: dict = {"times_s": {str(b): t for b, t in points}, "fit": None}
+    try:
+        fit = fit_batch_times(points)
+    except ConfigError as exc:
+        section["note"] = str(exc)
+        console.print(f"micro-batch: no fit: {exc}")  # type: ignore[attr-defined]
+        return section
+    section["fit"] = {"fixed_s": fit.fixed_s, "per_sample_s": fit.per_sample_s}
+    sizes = ", ".join(f"{b}: {t * 1e3:.3g} ms" for b, t in points)
+    console.print(f"micro-batch on 1 worker ({sizes}): {fit.fixed_s * 1e3:.3g} ms fixed + "  # type: ignore[attr-defined]
+                  f"{fit.per_sample_s * 1e3:.3g} ms per sample")
+    return section
+
+
+def _bench(config: RunConfig, workers: str = "1,2", batch_sizes: str | None = None) -> None:
+    """Measure throughput and scaling efficiency of one workload at several worker counts (weak scaling), and
+    with --batch-sizes a micro-batch's fixed and per-sample time on one worker."""
+    counts = parse_worker_counts(workers)
+    run_bench(config, counts, parse_batch_sizes(batch_sizes) if batch_sizes is not None else None)
 
 
 bench_command = config_command(
@@ -137,4 +185,8 @@ bench_command = config_command(
                      "checkpoint.async_save", "checkpoint.resume"), defaults={"workload.name": "mlp"},
     extra=[inspect.Parameter("workers", inspect.Parameter.KEYWORD_ONLY, annotation=str,
                              default=typer.Option("1,2", "--workers", help="Comma-separated worker counts, "
-                                                  "e.g. 1,2,4."))])
+                                                  "e.g. 1,2,4.")),
+           inspect.Parameter("batch_sizes", inspect.Parameter.KEYWORD_ONLY, annotation=str | None,
+                             default=typer.Option(None, "--batch-sizes", help="Also time one worker's micro-batch at "
+                                                  "these sizes, e.g. 8,32,128: dtpo plan --from-bench splits it "
+                                                  "into a fixed and a per-sample part."))])

@@ -84,6 +84,17 @@ def _bench_inputs(bench_dir: Path) -> tuple[Path, object]:
         raise ConfigError(f"{probes[0]}: {exc}") from None
 
 
+def _bench_micro_batch(bench_dir: Path) -> dict:
+    """The scenario's ``micro_batch`` section from a bench's runs at several batch sizes (``dtpo bench
+    --batch-sizes``), or nothing where it has fewer than two."""
+    from dtpo.plan.batch_fit import batch_times_from_bench
+
+    points = batch_times_from_bench(bench_dir)
+    if len({b for b, _ in points}) < 2:
+        return {}
+    return {"micro_batch": {"times_s": {str(b): t for b, t in points}}}
+
+
 def _fitted_fabric(fit: object, intra: str, inter: str, nics: int) -> object:
     """The fabric with the bench's fitted link inside a node (a bench runs on one host)."""
     from dtpo.plan.interconnect import find_link
@@ -119,9 +130,11 @@ def _plan(config: PlanConfig) -> None:
             run, fit = _bench_inputs(source.from_bench)
             fabric = _fitted_fabric(fit, target.intra_link, target.inter_link, target.nics_per_node)
         assert run is not None
-        chosen = scenario_from_dict(_scenario_from_run(run, target.gpu, target.gpu_counts, target.gpus_per_node,
-                                                       target.intra_link, target.inter_link, target.nics_per_node,
-                                                       target.grad_accum), where="--from-run")
+        data = _scenario_from_run(run, target.gpu, target.gpu_counts, target.gpus_per_node, target.intra_link,
+                                  target.inter_link, target.nics_per_node, target.grad_accum)
+        if source.from_bench is not None:
+            data.update(_bench_micro_batch(source.from_bench))
+        chosen = scenario_from_dict(data, where="--from-bench" if source.from_bench is not None else "--from-run")
     others = [find_link(n.strip()).name for n in choice.compare_link.split(",")] if choice.compare_link else []
     first = plan(chosen, fabric=fabric)
     results = [first, *(plan(chosen, link, first.calibration) for link in others if link != first.fabric.inter.name)]

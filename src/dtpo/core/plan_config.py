@@ -38,7 +38,8 @@ class PlanSourceConfig(Section):
     """Plan a measured dtpo run's job (with --gpu and --gpu-counts)."""
     from_bench: Path | None = field(default=None, metadata=flag("--from-bench"))
     """Plan a dtpo bench's job: compute from its smallest run, the link's alpha and beta fitted from its link
-    probe (with --gpu cpu and --gpu-counts)."""
+    probe, and a micro-batch's fixed part fitted from its --batch-sizes runs when it has them (with --gpu cpu and
+    --gpu-counts)."""
 
     def __post_init__(self) -> None:
         for name in ("scenario", "from_run", "from_bench"):

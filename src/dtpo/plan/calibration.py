@@ -21,12 +21,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from dtpo.core.errors import ConfigError
 from dtpo.devices.physics.catalogue import find_gpu, gpu_peak_flops
+from dtpo.plan.batch_fit import fit_batch_times
 from dtpo.plan.scenario import Scenario
 from dtpo.plan.step_model import (
     DEFAULT_JITTER_CV,
@@ -58,7 +59,11 @@ class Calibration:
         busy_power_w: Power per GPU (or CPU worker) measured while training, if known.
         assumptions: What was assumed, in words.
         batch: The per-GPU batch ``t_micro_s`` is for (``None``: the scenario's at its first GPU count); at another
-            batch compute scales in proportion (:func:`micro_batch_s`).
+            batch its per-sample part scales in proportion (:func:`micro_batch_s`).
+        fixed_s: The part of ``t_micro_s`` that a micro-batch pays whatever its size (:mod:`dtpo.plan.batch_fit`).
+        fixed_assumed: Whether ``fixed_s`` is an assumption (one batch size only) rather than given or fitted.
+        framework_s: Per-step cost a framework adds once a job spans nodes, fitted from a multi-node measurement
+            (:func:`with_framework_term`); 0 without one.
     """
 
     t_micro_s: float
@@ -69,7 +74,10 @@ class Calibration:
     measured_nodes: int | None = None
     busy_power_w: float | None = None
     assumptions: tuple[str, ...] = field(default_factory=tuple)
-    batch: int | None = None
+    batch: float | None = None
+    fixed_s: float = 0.0
+    fixed_assumed: bool = True
+    framework_s: float = 0.0
 
 
 def first_batch(scenario: Scenario) -> int:
@@ -77,11 +85,79 @@ def first_batch(scenario: Scenario) -> int:
     return scenario.batch_at(scenario.gpu_counts[0])
 
 
-def micro_batch_s(scenario: Scenario, calibration: Calibration, gpus: int) -> float:
-    """One micro-batch's compute at ``gpus`` GPUs: the calibrated time, scaled to the per-GPU batch there (the same
-    time per sample)."""
+def micro_batch_s(scenario: Scenario, calibration: Calibration, gpus: int, nearest: bool = False) -> float:
+    """One micro-batch's compute at ``gpus`` GPUs: the calibrated time's fixed part, plus its per-sample part scaled
+    to the per-GPU batch there (with ``nearest``, the nearest count's batch where ``gpus`` has none)."""
     reference = calibration.batch or first_batch(scenario)
-    return calibration.t_micro_s * scenario.batch_at(gpus) / reference
+    per_sample = (calibration.t_micro_s - calibration.fixed_s) / reference
+    return calibration.fixed_s + per_sample * scenario.batch_at(gpus, nearest)
+
+
+SENSITIVITY_SHARES = (0.0, 0.2)
+"""Fixed shares of a micro-batch a plan calibrated on one batch size is also shown at (its sensitivity)."""
+
+
+def with_fixed_part(scenario: Scenario, calibration: Calibration, share: float | None = None) -> Calibration:
+    """The calibration with its micro-batch split into a fixed and a per-sample part: at ``share`` when given (a
+    sensitivity), else the scenario's ``micro_batch`` (a given share, or a fit of times measured at two or more batch
+    sizes, whose share at the calibration batch is carried), else none (assumed, and said so)."""
+    reference = calibration.batch or first_batch(scenario)
+    spec = scenario.micro_batch
+    notes = [a for a in calibration.assumptions if not a.startswith("micro-batch:")]
+    if share is not None:
+        note, assumed = f"micro-batch: {share:.0%} of it at the calibration batch taken as fixed (sensitivity)", True
+    elif spec is not None and spec.times_s:
+        sizes = ", ".join(str(b) for b, _ in spec.times_s)
+        try:
+            fit = fit_batch_times(spec.times_s)
+        except ConfigError as exc:  # measured, but too noisy to split: said so, and assumed as with one size
+            share, assumed = 0.0, True
+            note = (f"micro-batch: the times measured at batch sizes {sizes} do not split ({exc}); assumed all "
+                    "per-sample, the sensitivity column shows 0 % against 20 % fixed")
+        else:
+            share, assumed = fit.fixed_share(reference), False
+            note = (f"micro-batch: {fit.fixed_s * 1e3:.3g} ms fixed + {fit.per_sample_s * 1e3:.3g} ms per sample, "
+                    f"fitted from batch sizes {sizes}: {share:.0%} of a micro-batch of {reference:g} is fixed "
+                    "(measured; carried as that share)")
+    elif spec is not None and spec.fixed_share is not None:
+        share, assumed = spec.fixed_share, False
+        note = f"micro-batch: {share:.0%} of it at the calibration batch of {reference:g} is fixed (given)"
+    else:
+        share, assumed = 0.0, True
+        note = (f"micro-batch: calibrated at one batch size ({reference:g} per GPU), so its time is assumed to be all "
+                "per-sample (no fixed part); the sensitivity column shows 0 % against 20 % fixed")
+    return replace(calibration, fixed_s=share * calibration.t_micro_s, fixed_assumed=assumed,
+                   assumptions=(*notes, note))
+
+
+def with_framework_term(scenario: Scenario, fabric: Fabric, calibration: Calibration) -> Calibration:
+    """The calibration with a per-step framework cost fitted from the baseline's multi-node measurement: the step
+    measured there less the step the model predicts there without it (none where the model is already as slow);
+    carried unchanged to every count of two or more nodes. Without such a measurement, the calibration as it is.
+
+    Raises:
+        ConfigError: The measurement's throughput is not positive.
+    """
+    base = scenario.baseline
+    if base is None or base.multi_node_gpus is None or base.multi_node_throughput is None:
+        return calibration
+    gpus = base.multi_node_gpus
+    samples_per_s = base.multi_node_throughput / scenario.units_per_sample
+    accum = scenario.accum_at(gpus, nearest=True)
+    measured = scenario.batch_at(gpus, nearest=True) * accum * gpus / samples_per_s
+    optimizer = calibration.optimizer_s
+    if optimizer is None:
+        optimizer = modelled_optimizer_s(scenario, calibration.job, gpus)
+    modelled = step_time(gpus, scenario.gpus_per_node, micro_batch_s(scenario, calibration, gpus, nearest=True),
+                         accum, optimizer, calibration.job, fabric).step_s
+    framework = max(measured - modelled, 0.0) / accum
+    note = (f"framework: {framework * 1e3:.3g} ms per micro-batch added at 2 or more nodes, fitted from "
+            f"{base.multi_node_throughput:,.0f} {scenario.unit} measured at {gpus} GPUs ({scenario.nodes(gpus)} nodes; "
+            f"the model without it predicts {modelled * 1e3:.4g} ms per step there, measured {measured * 1e3:.4g} ms); "
+            "the same cost per micro-batch is assumed at every larger count")
+    return replace(calibration, framework_s=framework, assumptions=(*calibration.assumptions, note),
+                   measured_gpus=max(calibration.measured_gpus or 0, gpus),
+                   measured_nodes=max(calibration.measured_nodes or 1, scenario.nodes(gpus)))
 
 
 def job_shape(scenario: Scenario, record_model: dict[str, Any] | None = None,
@@ -140,11 +216,18 @@ def modelled_optimizer_s(scenario: Scenario, job: JobShape, gpus: int) -> float:
 
 
 def calibrate(scenario: Scenario, fabric: Fabric) -> Calibration:
-    """The calibration the scenario's baseline (or model FLOPs) gives; see the module docs.
+    """The calibration the scenario's baseline (or model FLOPs) gives (see the module docs), with its micro-batch's
+    fixed part (:func:`with_fixed_part`) and a framework term where a multi-node point gives one
+    (:func:`with_framework_term`).
 
     Raises:
         ConfigError: Nothing to calibrate from, or a run record without what is needed.
     """
+    calibration = with_fixed_part(scenario, _compute_calibration(scenario, fabric))
+    return with_framework_term(scenario, fabric, calibration)
+
+
+def _compute_calibration(scenario: Scenario, fabric: Fabric) -> Calibration:
     base = scenario.baseline
     if base is not None and base.run_dir is not None:
         return from_run(scenario, Path(base.run_dir))
@@ -179,13 +262,19 @@ def _optimizer_assumption(scenario: Scenario) -> tuple[str, ...]:
 
 
 def from_throughput(scenario: Scenario, fabric: Fabric, gpus: int, throughput: float) -> Calibration:
-    """Solve the step model for the micro-batch time that gives ``throughput`` samples/s at ``gpus`` GPUs."""
+    """Solve the step model for the micro-batch time that gives ``throughput`` (in the scenario's unit) at ``gpus``
+    GPUs.
+
+    Raises:
+        ConfigError: The throughput is not positive, or no micro-batch time reproduces it (what is not compute
+            alone takes longer than the measured step: a throughput in another unit, tokens read as samples).
+    """
     if throughput <= 0:
         raise ConfigError(f"baseline.throughput must be positive, got {throughput:g}")
     job = job_shape(scenario)
     accum = scenario.accum_at(gpus, nearest=True)
     batch = scenario.batch_at(gpus, nearest=True)
-    step = batch * accum * gpus / throughput
+    step = batch * accum * gpus / (throughput / scenario.units_per_sample)
     optimizer = modelled_optimizer_s(scenario, job, gpus)
     t_micro = max((step - optimizer) / accum, 1e-12)
     for _ in range(50):  # what is not compute depends on t_micro: a fixed point, reached in a few rounds
@@ -195,7 +284,13 @@ def from_throughput(scenario: Scenario, fabric: Fabric, gpus: int, throughput: f
         if abs(t_new - t_micro) <= 1e-9 * t_micro:
             break
         t_micro = t_new
-    return Calibration(t_micro, None, job, f"measured {throughput:,.0f} samples/s at {gpus} GPUs "
+    reproduced = step_time(gpus, scenario.gpus_per_node, t_micro, accum, optimizer, job, fabric).step_s
+    if abs(reproduced - step) > 1e-6 * step:
+        where = scenario.source or "scenario"
+        raise ConfigError(f"{where}: baseline {throughput:,.6g} {scenario.unit} at {gpus} GPUs "
+                          f"is a step of {step * 1e3:.3g} ms, shorter than the model's communication and optimizer "
+                          f"alone ({reproduced * 1e3:.3g} ms): check the unit (unit, sequence_length), per_gpu_batch")
+    return Calibration(t_micro, None, job, f"measured {throughput:,.0f} {scenario.unit} at {gpus} GPUs "
                        f"(accumulation {accum})", measured_gpus=gpus, measured_nodes=scenario.nodes(gpus),
                        assumptions=(*_optimizer_assumption(scenario), *sharing_assumptions(scenario, job)),
                        batch=batch)

@@ -17,7 +17,15 @@ import re
 from dataclasses import dataclass, replace
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.calibration import Calibration, calibrate, micro_batch_s, modelled_optimizer_s
+from dtpo.plan.calibration import (
+    SENSITIVITY_SHARES,
+    Calibration,
+    calibrate,
+    micro_batch_s,
+    modelled_optimizer_s,
+    with_fixed_part,
+    with_framework_term,
+)
 from dtpo.plan.interconnect import CATALOGUE, find_link
 from dtpo.plan.power_at_scale import Cost, StepEnergy, gpu_power, price, scenario_step_energy
 from dtpo.plan.power_setting import LimitEffect, limit_model
@@ -43,6 +51,9 @@ class Prediction:
         cost: Time, energy and money for the scenario's work (``None`` without a ``work`` section).
         limit: What limits scaling here, in words.
         extrapolated: Whether this lies beyond what the calibration measured.
+        sensitivity: Throughput here if the micro-batch's fixed part were each of
+            :data:`~dtpo.plan.calibration.SENSITIVITY_SHARES` instead, relative to :attr:`throughput` (``None``:
+            the fixed part was given or fitted, not assumed).
     """
 
     step: StepTime
@@ -53,11 +64,46 @@ class Prediction:
     cost: Cost | None
     limit: str
     extrapolated: bool
+    sensitivity: tuple[float, ...] | None = None
 
     @property
     def gpus(self) -> int:
         """GPUs in the job."""
         return self.step.gpus
+
+    @property
+    def losses(self) -> dict[str, float]:
+        """Shares of the step lost to what does not scale, by name: see :func:`step_losses`."""
+        return step_losses(self.step)
+
+
+LOSS_NAMES = {"network": "waiting on the network (communication not hidden behind compute)",
+              "contention": "communication slowing compute (sharing the GPU or CPU while hidden)",
+              "stragglers": "waiting for the slowest GPU",
+              "fixed": "fixed per-step work (launches, framework per micro-batch, optimizer step)",
+              "framework": "framework cost across nodes (fitted from a multi-node measurement)"}
+"""What each share of :func:`step_losses` means, in words a buyer understands."""
+
+
+def step_losses(step: StepTime) -> dict[str, float]:
+    """Shares of the step spent on what does not shrink as GPUs are added, by :data:`LOSS_NAMES` key: exposed
+    communication, contention, stragglers, the fixed per-step part (micro-batches' fixed parts and the optimizer)
+    and the framework term."""
+    total = step.step_s
+    if total <= 0:
+        return dict.fromkeys(LOSS_NAMES, 0.0)
+    return {"network": step.exposed_comm_s / total, "contention": step.interference_s / total,
+            "stragglers": step.sync_wait_s / total, "fixed": (step.fixed_s + step.optimizer_s) / total,
+            "framework": step.framework_s / total}
+
+
+def losses_text(step: StepTime, least: float = 0.005) -> str:
+    """The step's losses as a short phrase (``"network 12 %, slowest GPU 3 %"``), largest first; shares under
+    ``least`` left out; ``"nothing"`` when none is left."""
+    short = {"network": "network", "contention": "contention", "stragglers": "slowest GPU", "fixed": "fixed work",
+             "framework": "framework"}
+    parts = sorted(((share, name) for name, share in step_losses(step).items() if share >= least), reverse=True)
+    return ", ".join(f"{short[name]} {share:.0%}" for share, name in parts) or "nothing"
 
 
 @dataclass(frozen=True)
@@ -91,7 +137,8 @@ def limiting_term(step: StepTime) -> str:
     shares = {"exposed communication": step.exposed_comm_s / step.step_s,
               "waiting for the slowest GPU": step.sync_wait_s / step.step_s,
               "communication slowing compute": step.interference_s / step.step_s,
-              "optimizer step": step.optimizer_s / step.step_s}
+              "optimizer step": step.optimizer_s / step.step_s,
+              "framework cost across nodes": step.framework_s / step.step_s}
     name, share = max(shares.items(), key=lambda kv: kv[1])
     if share > LIMIT_SHARE:
         return f"{name} ({share:.0%} of the step)"
@@ -116,11 +163,14 @@ SINGLE_NODE_CAVEAT = (
 
 
 def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibration | None = None,
-         fabric: Fabric | None = None) -> Plan:
+         fabric: Fabric | None = None, sensitivity: bool = True) -> Plan:
     """Predict every GPU count of ``scenario`` (optionally on another inter-node link, or on a ``fabric`` of
     measured links: see :func:`dtpo.plan.link_fit.fit_alpha_beta`).
 
     The calibration is made on the scenario's own fabric (the one its baseline ran on) and reused on another.
+    Where its micro-batch's fixed part is assumed (one batch size), each prediction also carries the throughput at
+    the other fixed shares of :data:`~dtpo.plan.calibration.SENSITIVITY_SHARES` (``sensitivity``; with the
+    framework term refitted to them).
     """
     given = fabric is not None
     own = fabric or fabric_of(scenario)
@@ -132,8 +182,11 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
         optimizer = calibration.optimizer_s
         if optimizer is None:
             optimizer = modelled_optimizer_s(scenario, calibration.job, gpus)
-        steps.append(step_time(gpus, scenario.gpus_per_node, micro_batch_s(scenario, calibration, gpus),
-                               scenario.accum_at(gpus), optimizer, calibration.job, fabric))
+        accum = scenario.accum_at(gpus)
+        step = step_time(gpus, scenario.gpus_per_node, micro_batch_s(scenario, calibration, gpus), accum,
+                         optimizer, calibration.job, fabric)
+        steps.append(replace(step, fixed_s=accum * calibration.fixed_s,
+                             framework_s=accum * calibration.framework_s if step.nodes > 1 else 0.0))
     power = scenario.power
     if calibration.busy_power_w is not None and power.busy_power_w is None:
         power = replace(power, busy_power_w=calibration.busy_power_w)
@@ -143,19 +196,23 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
     predictions = []
     notes: list[str] = [f"compute: {calibration.source}", *calibration.assumptions]
     if not isinstance(scenario.per_gpu_batch, int):
-        notes.append("the per-GPU batch changes with the GPU count: a micro-batch's compute scales in proportion to "
-                     "it (the same time per sample)")
-    for step in steps:
+        notes.append("the per-GPU batch changes with the GPU count: a micro-batch's per-sample part scales in "
+                     "proportion to it, its fixed part does not (see micro-batch)")
+    moved = _sensitivity(scenario, inter_link, calibration, own, fabric if given else None) if (
+        sensitivity and calibration.fixed_assumed) else None
+    for index, step in enumerate(steps):
         samples = priced.samples_per_step(step.gpus)
         throughput = samples / step.step_s
         # waiting for the slowest GPU draws what waiting on the network does (NCCL's kernels spin either way)
         energy = scenario_step_energy(priced, step.gpus, step.compute_s + step.optimizer_s,
-                                      step.exposed_comm_s + step.sync_wait_s)
+                                      step.exposed_comm_s + step.sync_wait_s + step.framework_s)
         cost = price(priced.work.total_samples, throughput, energy, priced.prices) if priced.work else None
         beyond = calibration.measured_gpus is not None and (
             step.gpus > calibration.measured_gpus or step.nodes > (calibration.measured_nodes or 1))
         predictions.append(Prediction(step, samples, throughput, throughput / step.gpus / base_per_gpu, energy, cost,
-                                      limiting_term(step), beyond or calibration.measured_gpus is None))
+                                      limiting_term(step), beyond or calibration.measured_gpus is None,
+                                      None if moved is None else tuple(
+                                          other[index] / (samples / step.step_s) - 1 for other in moved)))
         notes.extend(a for a in (_COUNTS.sub("", a) for a in energy.assumptions) if a not in notes)
     measured = calibration.measured_gpus or 1  # nothing measured on this GPU: as little as one of them
     if measured < scenario.gpus_per_node and any(step.gpus > measured for step in steps):
@@ -175,6 +232,18 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
                         "no measured CPU cost per byte for these links, so none is counted (fit one with "
                         "dtpo.distributed.link_probe)"))
     return Plan(scenario, fabric, calibration, tuple(predictions), tuple(notes))
+
+
+def _sensitivity(scenario: Scenario, inter_link: str | None, calibration: Calibration, own: Fabric,
+                 fabric: Fabric | None) -> list[list[float]]:
+    """Throughput at every GPU count with the micro-batch's fixed part at each of the sensitivity shares."""
+    out = []
+    for share in SENSITIVITY_SHARES:
+        split = with_fixed_part(scenario, replace(calibration, framework_s=0.0), share)
+        split = with_framework_term(scenario, own, split) if calibration.framework_s else split
+        other = plan(scenario, inter_link, split, fabric, sensitivity=False)
+        out.append([p.throughput for p in other.predictions])
+    return out
 
 
 @dataclass(frozen=True)
@@ -210,7 +279,8 @@ def _at_limits(scenario: Scenario, calibration: Calibration) -> list[tuple[Scena
         if effect.power_limit_w == own:  # the scenario itself, planned above
             continue
         power = replace(scenario.power, setting=effect.power_limit_w, busy_power_w=busy * effect.power_factor)
-        scaled = replace(calibration, t_micro_s=calibration.t_micro_s * effect.time_factor)
+        scaled = replace(calibration, t_micro_s=calibration.t_micro_s * effect.time_factor,
+                         fixed_s=calibration.fixed_s * effect.time_factor)
         variants.append((replace(scenario, power=power), scaled, effect, model.note))
     return variants
 

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.predict import Plan
+from dtpo.plan.calibration import SENSITIVITY_SHARES
+from dtpo.plan.predict import Plan, losses_text
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -21,28 +22,40 @@ def plan_table(result: Plan) -> Table:
     work = s.work.total_samples if s.work else None
     title = (f"dtpo plan: {s.gpu}, {s.gpus_per_node} per node, {result.fabric.intra.name} + "
              f"{s.nics_per_node} x {result.fabric.inter.name}, {s.strategy}, {s.precision}")
-    table = Table(title=escape(title), title_justify="left",
-                  caption="* beyond what the calibration measured (extrapolated); energy and cost are model figures")
+    sensitive = any(p.sensitivity is not None for p in result.predictions)
+    shares = " / ".join(f"{share:.0%}" for share in SENSITIVITY_SHARES)
+    caption = ("* beyond what the calibration measured (extrapolated); energy and cost are model figures; lost to: "
+               "shares of the step spent waiting on the network, on the slowest GPU, on fixed per-step work "
+               "(launches, optimizer) and on the framework across nodes")
+    if sensitive:
+        caption += (f"; fixed {shares}: {s.unit} if that share of a micro-batch were fixed instead (one batch size "
+                    "measured: the split is assumed)")
+    table = Table(title=escape(title), title_justify="left", caption=caption)
     varying_batch = not isinstance(s.per_gpu_batch, int)
     columns = ["GPUs", "nodes", *(["batch"] if varying_batch else []), "accum", "step ms", "compute ms",
-               "exposed comm ms", "straggler wait ms", "optimizer ms", "samples/s", "scaling eff.", "J/sample"]
+               "exposed comm ms", "straggler wait ms", "optimizer ms",
+               *(["framework ms"] if result.calibration.framework_s else []), s.unit,
+               *([f"fixed {shares}"] if sensitive else []), "scaling eff.", "J/sample"]
     if work:
         columns += ["hours", "kWh", "cost"]
-    columns.append("limited by")
+    columns += ["limited by", "lost to"]
     for name in columns:
-        table.add_column(name, justify="left" if name == "limited by" else "right")
+        table.add_column(name, justify="left" if name in ("limited by", "lost to") else "right")
     for p in result.predictions:
         st = p.step
         mark = "*" if p.extrapolated else ""
         row = [f"{p.gpus}{mark}", str(st.nodes), *([str(s.batch_at(p.gpus))] if varying_batch else []),
                str(st.grad_accum), _ms(st.step_s), _ms(st.compute_s),
                _ms(st.exposed_comm_s), _ms(st.sync_wait_s), _ms(st.optimizer_s),
-               f"{p.throughput:,.1f}", f"{p.scaling_efficiency * 100:.1f} %", f"{p.energy.joules_per_sample:.4g}"]
+               *([_ms(st.framework_s)] if result.calibration.framework_s else []),
+               f"{p.throughput * s.units_per_sample:,.1f}",
+               *([" / ".join(f"{m * 100:+.1f} %" for m in p.sensitivity or ())] if sensitive else []),
+               f"{p.scaling_efficiency * 100:.1f} %", f"{p.energy.joules_per_sample:.4g}"]
         if work:
             cost = p.cost
             assert cost is not None
             row += [f"{cost.hours:,.2f}", f"{cost.kwh:,.1f}", f"{cost.total:,.2f}" if cost.total is not None else "-"]
-        row.append(p.limit)
+        row += [p.limit, losses_text(st)]
         table.add_row(*row)
     return table
 
@@ -67,12 +80,17 @@ def plan_dict(result: Plan) -> dict[str, Any]:
                      "grad_accum": st.grad_accum, "step_s": st.step_s,
                      "compute_s": st.compute_s, "comm_s": st.comm_s, "exposed_comm_s": st.exposed_comm_s,
                      "optimizer_s": st.optimizer_s, "sync_wait_s": st.sync_wait_s,
-                     "interference_s": st.interference_s, "throughput": p.throughput,
+                     "interference_s": st.interference_s, "fixed_s": st.fixed_s, "framework_s": st.framework_s,
+                     "losses": p.losses, "throughput": p.throughput,
+                     "throughput_in_unit": p.throughput * result.scenario.units_per_sample,
+                     "sensitivity": None if p.sensitivity is None else dict(zip(
+                         (f"fixed_{share:g}" for share in SENSITIVITY_SHARES), p.sensitivity, strict=True)),
                      "scaling_efficiency": p.scaling_efficiency, "joules_per_sample": p.energy.joules_per_sample,
                      "cost": None if p.cost is None else vars(p.cost), "limit": p.limit,
                      "extrapolated": p.extrapolated})
     return {"gpu": result.scenario.gpu, "intra_link": result.fabric.intra.name,
             "inter_link": result.fabric.inter.name, "calibration": result.calibration.source,
+            "unit": result.scenario.unit,
             "assumptions": list(result.assumptions), "predictions": rows}
 
 

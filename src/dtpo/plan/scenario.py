@@ -68,6 +68,22 @@ out; ``baseline`` and ``work`` each take one of the forms their rows offer)::
                                                                               record.json (relative paths: to the
                                                                               current directory)
     baseline.compute_s_per_sample  float > 0          s         -             or: compute time of one sample on one GPU
+    baseline.multi_node_gpus       int > gpus_per_n.  GPU       -             a second measurement on 2 or more nodes
+                                                                              (with baseline.multi_node_throughput):
+                                                                              a per-step cost the framework adds
+                                                                              across nodes is fitted from it
+    baseline.multi_node_throughput float > 0          unit      -             throughput measured there
+    unit                           str                          "samples/s"   unit of every throughput given and shown:
+                                                                              samples/s, sequences/s, images/s or
+                                                                              tokens/s (then sequence_length)
+    sequence_length                int > 0            token     -             tokens per sample (with tokens/s)
+    micro_batch.fixed_share        float in [0, 1)              0 (assumed)   share of a micro-batch's compute at the
+                                                                              calibration batch that does not shrink
+                                                                              with the batch (launches, framework);
+                                                                              the plan shows 0 % against 20 %
+    micro_batch.times_s            table              s         -             or: one micro-batch's compute measured at
+                                                                              two or more batch sizes ({8 = 0.011,
+                                                                              32 = 0.029}): the fixed part is fitted
     power.setting                  "max" | float > 0  W         "max"         GPU power setting: the maximum, or a power
                                                                               limit in the GPU's range
     power.node_overhead_w          float >= 0         W         1500.0        CPUs, memory, NICs, switches, fans of one
@@ -164,12 +180,17 @@ class Baseline:
         throughput: Measured throughput at ``gpus`` GPUs, in samples per second.
         run_dir: A dtpo run directory holding ``record.json`` (resolved against the base directory).
         compute_s_per_sample: Compute time of one sample on one GPU, in seconds.
+        multi_node_gpus: GPU count of a second measurement on two or more nodes (a framework term is fitted from
+            it), or ``None``.
+        multi_node_throughput: Throughput measured at ``multi_node_gpus``, in samples per second.
     """
 
     gpus: int | None = None
     throughput: float | None = None
     run_dir: Path | None = None
     compute_s_per_sample: float | None = None
+    multi_node_gpus: int | None = None
+    multi_node_throughput: float | None = None
 
     @property
     def kind(self) -> str:
@@ -248,6 +269,22 @@ class Work:
         return max(1, round(self.epochs * self.dataset_samples))
 
 
+@dataclass(frozen=True)
+class MicroBatch:
+    """What is known of a micro-batch's fixed part (see :mod:`dtpo.plan.batch_fit`): a share, or measured times.
+
+    Attributes:
+        fixed_share: Share of a micro-batch's compute at the calibration batch that does not shrink with it.
+        times_s: ``((batch, seconds), ...)`` measured at two or more batch sizes, ascending.
+    """
+
+    fixed_share: float | None = None
+    times_s: tuple[tuple[int, float], ...] | None = None
+
+
+THROUGHPUT_UNITS: tuple[str, ...] = ("samples/s", "sequences/s", "images/s", "tokens/s")
+
+
 # ---------------------------------------------------------------------------------------------- the scenario
 
 
@@ -285,6 +322,9 @@ class Scenario:
         prices: GPU-hour and energy prices and grid carbon intensity.
         work: The amount of work to price, if given.
         source: Where the scenario came from (the file), for messages.
+        unit: Unit of every throughput given and shown (:data:`THROUGHPUT_UNITS`).
+        sequence_length: Tokens per sample, with ``unit = "tokens/s"``.
+        micro_batch: What is known of a micro-batch's fixed part; ``None``: nothing (assumed 0).
     """
 
     gpu: str
@@ -309,6 +349,9 @@ class Scenario:
     prices: Prices = field(default_factory=Prices)
     work: Work | None = None
     source: str = ""
+    unit: str = "samples/s"
+    sequence_length: int | None = None
+    micro_batch: MicroBatch | None = None
 
     @property
     def is_cpu(self) -> bool:
@@ -345,6 +388,11 @@ class Scenario:
     def samples_per_step(self, gpus: int) -> int:
         """Samples in one optimizer step at ``gpus`` GPUs: per-GPU batch x accumulation x GPUs."""
         return self.batch_at(gpus) * self.accum_at(gpus) * gpus
+
+    @property
+    def units_per_sample(self) -> int:
+        """How many of :attr:`unit`'s items one sample holds (its tokens with ``tokens/s``, else 1)."""
+        return (self.sequence_length or 1) if self.unit == "tokens/s" else 1
 
     def nodes(self, gpus: int) -> int:
         """Nodes that ``gpus`` GPUs occupy (a partly used node counts as one)."""

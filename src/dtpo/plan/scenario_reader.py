@@ -11,6 +11,7 @@ import math
 import os
 import tomllib
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from dtpo.plan.scenario import (
     GRADIENT_DTYPES,
     KNOWN_LINKS,
     SUFFIXES,
+    THROUGHPUT_UNITS,
     Baseline,
+    MicroBatch,
     ModelSpec,
     PowerSection,
     Prices,
@@ -40,9 +43,10 @@ logger = logging.getLogger(__name__)
 _TOP_KEYS = ("gpu", "gpus_per_node", "gpu_counts", "intra_link", "inter_link", "nics_per_node",
              "fabric_efficiency", "model", "strategy", "precision", "compression", "powersgd_rank",
              "per_gpu_batch", "grad_accum", "overlap", "jitter_cv", "overlap_slowdown", "baseline", "power", "prices",
-             "work")
+             "work", "unit", "sequence_length", "micro_batch")
+_MICRO_BATCH_KEYS = ("fixed_share", "times_s")
 _MODEL_KEYS = ("parameters", "gradient_bytes", "gradient_dtype", "flops_per_sample")
-_BASELINE_KEYS = ("gpus", "throughput", "run_dir", "compute_s_per_sample")
+_BASELINE_KEYS = ("gpus", "throughput", "run_dir", "compute_s_per_sample", "multi_node_gpus", "multi_node_throughput")
 _POWER_KEYS = ("setting", "node_overhead_w", "pue", "waiting_power_fraction", "busy_power_w", "workload")
 _PRICES_KEYS = ("per_gpu_hour", "per_kwh", "grid_g_co2_per_kwh")
 _WORK_KEYS = ("samples", "epochs", "dataset_samples")
@@ -155,7 +159,18 @@ class ScenarioReader:
         slowdown = top.get("overlap_slowdown")
         if slowdown is not None:
             slowdown = self.number(slowdown, "overlap_slowdown", low=0.0, high=1.0, what="a number in [0, 1]")
+        unit = self.choice(top.get("unit", "samples/s"), "unit", THROUGHPUT_UNITS)
+        length = top.get("sequence_length")
+        if length is not None:
+            length = self.integer(length, "sequence_length")
+        if unit == "tokens/s" and length is None:
+            raise self.fail("unit tokens/s needs sequence_length (tokens per sample): per_gpu_batch is in samples")
+        micro = self.micro_batch(top["micro_batch"]) if "micro_batch" in top else None
         baseline = self.baseline(top["baseline"]) if "baseline" in top else None
+        if baseline is not None and baseline.multi_node_gpus is not None and (
+                baseline.multi_node_gpus <= gpus_per_node or baseline.multi_node_gpus % gpus_per_node):
+            raise self.fail(f"baseline.multi_node_gpus must span 2 or more whole nodes of {gpus_per_node} GPUs, "
+                            f"got {baseline.multi_node_gpus}")
         if baseline is None and model.flops_per_sample is None:
             raise self.fail("needs baseline or model.flops_per_sample to know the compute time")
         power = self.power(top.get("power", {}), gpu)
@@ -166,7 +181,7 @@ class ScenarioReader:
                         strategy=strategy, precision=precision, compression=compression, powersgd_rank=rank,
                         grad_accum=accum, overlap=overlap, jitter_cv=jitter, overlap_slowdown=slowdown,
                         baseline=baseline, power=power, prices=prices, work=work,
-                        source=self.where)
+                        source=self.where, unit=unit, sequence_length=length, micro_batch=micro)
 
     def gpu(self, value: object) -> str:
         if not isinstance(value, str) or not value.strip():
@@ -227,8 +242,42 @@ class ScenarioReader:
                 raise self.fail(f"{name}: no {what} for {count} GPUs (give one for every count of gpu_counts)")
         return tuple(sorted(by_count.items()))
 
+    def micro_batch(self, value: object) -> MicroBatch:
+        table = self.table(value, "micro_batch", _MICRO_BATCH_KEYS)
+        if ("fixed_share" in table) == ("times_s" in table):
+            raise self.fail("micro_batch needs exactly one of fixed_share or times_s")
+        if "fixed_share" in table:
+            share = self.number(table["fixed_share"], "micro_batch.fixed_share", low=0.0, high=1.0,
+                                what="a number in [0, 1)")
+            if share >= 1.0:
+                raise self.fail(f"micro_batch.fixed_share must be a number in [0, 1), got {share!r}")
+            return MicroBatch(fixed_share=share)
+        raw = table["times_s"]
+        if not isinstance(raw, Mapping) or len(raw) < 2:
+            raise self.fail("micro_batch.times_s must be a table of two or more batch sizes to seconds "
+                            "({8 = 0.011, 32 = 0.029})")
+        times = []
+        for key, seconds in raw.items():
+            if not (isinstance(key, str) and key.strip().isdigit() and int(key) > 0) and not (_is_int(key) and key > 0):
+                raise self.fail(f"micro_batch.times_s: key {key!r} must be a batch size (a positive integer)")
+            times.append((int(key), self.number(seconds, f"micro_batch.times_s.{key}", low=0.0, low_open=True,
+                                                what="a positive number (seconds)")))
+        return MicroBatch(times_s=tuple(sorted(times)))
+
     def baseline(self, value: object) -> Baseline:
-        table = self.table(value, "baseline", _BASELINE_KEYS)
+        table = dict(self.table(value, "baseline", _BASELINE_KEYS))
+        multi = {k: table.pop(k) for k in ("multi_node_gpus", "multi_node_throughput") if k in table}
+        if len(multi) == 1:
+            raise self.fail("baseline.multi_node_gpus and baseline.multi_node_throughput go together")
+        plain = self._baseline(table)
+        if not multi:
+            return plain
+        return replace(plain, multi_node_gpus=self.integer(multi["multi_node_gpus"], "baseline.multi_node_gpus"),
+                       multi_node_throughput=self.number(multi["multi_node_throughput"],
+                                                         "baseline.multi_node_throughput", low=0.0, low_open=True,
+                                                         what="a positive number"))
+
+    def _baseline(self, table: Mapping[str, Any]) -> Baseline:
         forms = [name for name, present in (("gpus and throughput", "gpus" in table or "throughput" in table),
                                             ("run_dir", "run_dir" in table),
                                             ("compute_s_per_sample", "compute_s_per_sample" in table)) if present]

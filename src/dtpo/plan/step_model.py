@@ -159,6 +159,10 @@ class StepTime:
         interference_s: Backward delayed by the collectives sharing what computes: their CPU work on a CPU job's
             cores, their kernels' share of a GPU (counted in ``compute_s``).
         sync_wait_s: Waiting for the slowest GPU at the step's synchronisations (stragglers).
+        fixed_s: The part of ``compute_s`` its micro-batches pay whatever their size (kernel launches, framework
+            work per micro-batch; see :mod:`dtpo.plan.batch_fit`).
+        framework_s: Per-step cost a framework adds once the job spans nodes (fitted from a multi-node
+            measurement; added by the planner, not by :func:`step_time`).
     """
 
     gpus: int
@@ -170,11 +174,13 @@ class StepTime:
     optimizer_s: float
     interference_s: float = 0.0
     sync_wait_s: float = 0.0
+    fixed_s: float = 0.0
+    framework_s: float = 0.0
 
     @property
     def step_s(self) -> float:
         """Wall time of the step."""
-        return self.compute_s + self.exposed_comm_s + self.optimizer_s + self.sync_wait_s
+        return self.compute_s + self.exposed_comm_s + self.optimizer_s + self.sync_wait_s + self.framework_s
 
 
 def optimizer_seconds(parameters: float, memory_bandwidth_Bps: float | None, shards: int = 1) -> float:
