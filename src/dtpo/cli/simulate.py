@@ -24,6 +24,10 @@ for the slowest at idle, then communicates together; :mod:`dtpo.simulation.power
 directory with a sampled power timeline per rank (``--run-dir``, default ``runs/simulate-<run id>``), which
 ``dtpo report`` and ``dtpo report --power-swing DIR`` read like a train run's, every figure labelled simulated.
 
+``grid`` schedules a job against a grid signal (``--grid-signal FILE``: carbon intensity or a price over time) by
+``--deadline`` hours, with each ``--grid-policy`` (signal-blind, throttle, pause, and the oracles that know the trace;
+:mod:`dtpo.cli.simulate_grid`), and prints their carbon or cost, time and setting over time against signal-blind.
+
 ``stragglers`` runs a job whose ``--straggler`` ranks (``RANK:FACTOR[,RANK:FACTOR...]``, ``static``,
 ``drifting`` or ``intermittent`` by ``--straggler-pattern``, switching every ``--period`` steps) are slower, without
 and with per-rank slowdown of the ranks that only wait for them. ``--tune rebalance`` (spelled with flags only:
@@ -54,7 +58,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from typer._click.core import ParameterSource  # typer vendors click
 
-from dtpo.cli import simulate_stragglers
+from dtpo.cli import simulate_grid, simulate_stragglers
 from dtpo.cli.options import config_command
 from dtpo.cli.register import check_result_target, save_result
 from dtpo.cli.simulate_tune import print_tuning, run_tuning
@@ -64,6 +68,7 @@ from dtpo.core.record import new_run_id, write_json_atomic
 from dtpo.core.simulate_config import (
     DEFAULT_COST,
     DEFAULT_COUNTER_PERIOD_S,
+    DEFAULT_GRID_SLACK,
     DEFAULT_PATTERN,
     DEFAULT_PERIOD_STEPS,
     DEFAULT_TUNE_STEP_W,
@@ -82,6 +87,7 @@ from dtpo.simulation.power_phases import MAX_PHASED_STEPS, StepPhases, simulate_
 from dtpo.telemetry.store.paths import now_iso
 from dtpo.telemetry.summary import make_console
 from dtpo.tune.cost import CostMetric, parse_cost
+from dtpo.tune.grid_policy import DEFAULT_RESUME_S
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +98,8 @@ MIN_COUNTER_PERIODS = 20  # fewer energy-counter periods per setting: its energy
 HELP_VALUES = {"MAX_GPUS": MAX_GPUS, "MAX_STEPS": MAX_STEPS, "PATTERNS": ", ".join(PATTERNS),
                "DEFAULT_WORKLOAD": DEFAULT_WORKLOAD, "DEFAULT_COST": DEFAULT_COST,
                "DEFAULT_TUNE_STEP_W": DEFAULT_TUNE_STEP_W, "DEFAULT_COUNTER_PERIOD_S": DEFAULT_COUNTER_PERIOD_S,
-               "DEFAULT_PATTERN": DEFAULT_PATTERN, "DEFAULT_PERIOD_STEPS": DEFAULT_PERIOD_STEPS}
+               "DEFAULT_PATTERN": DEFAULT_PATTERN, "DEFAULT_PERIOD_STEPS": DEFAULT_PERIOD_STEPS,
+               "DEFAULT_GRID_SLACK": DEFAULT_GRID_SLACK, "DEFAULT_GRID_RESUME_S": DEFAULT_RESUME_S}
 
 
 def check_json_path(path: Path) -> None:
@@ -178,7 +185,9 @@ def simulate(config: SimulateConfig, *, gpu_named: bool = True) -> None:
         return
     check_result_target("simulate", config.output.run_dir, config.output.store)
     started_at = now_iso()
-    if config.mode in ("stragglers", "rebalance"):
+    if config.grid.signal is not None:
+        result = simulate_grid_job(console, config, gpu_named=gpu_named)
+    elif config.mode in ("stragglers", "rebalance"):
         result = simulate_straggler_job(console, config)
     else:
         run = simulate_tuning if config.mode == "tune" else simulate_settings
@@ -232,6 +241,22 @@ def simulate_straggler_job(console: Console, config: SimulateConfig) -> dict[str
     if with_clocks is None:
         return _simulate_stragglers(console, straggler_job, config.output.json)
     return _simulate_stragglers(console, straggler_job, config.output.json, clocks=with_clocks, rebalance=True)
+
+
+def simulate_grid_job(console: Console, config: SimulateConfig, *, gpu_named: bool = True) -> dict[str, object]:
+    """``grid``: the job scheduled against ``--grid-signal`` by each policy (see :mod:`dtpo.cli.simulate_grid`)."""
+    json_out = config.output.json
+    if json_out is not None:
+        check_json_path(json_out)
+    if config.knobs.sweep is not None or config.knobs.fixed or config.tune.knob is not None:
+        raise ConfigError("--grid-signal chooses the settings itself; drop --sweep, --power-limit, --sm-clock and "
+                          "--tune")
+    job_config, _ = _job_config(config, gpu_named)
+    result = simulate_grid.simulate_grid(console, config, job_config)
+    if json_out is not None:
+        _write_json(json_out, result)
+        console.print(f"results written to {json_out}")
+    return result
 
 
 def _job_config(config: SimulateConfig, gpu_named: bool = True) -> tuple[JobConfig, str | None]:
@@ -438,7 +463,8 @@ _JOB = ("job.gpu", "job.workload", "job.batch_size", "job.gpus", "job.steps", "j
 _KNOBS = ("knobs.power_limit_w", "knobs.sm_clock_mhz", "knobs.sweep")
 _TUNE = ("tune.knob", "tune.cost", "tune.step_w")
 _PATTERN = ("stragglers.pattern", "stragglers.period")
-_EVERY = (*_JOB, *_KNOBS, *_TUNE, "stragglers.straggler", *_PATTERN, "output.json", "output.run_dir",
+_GRID = ("grid.signal", "grid.policy", "grid.deadline", "grid.job_hours", "grid.start", "grid.resume_s")
+_EVERY = (*_JOB, *_KNOBS, *_TUNE, "stragglers.straggler", *_PATTERN, *_GRID, "output.json", "output.run_dir",
           "output.store", "output.list")
 
 
@@ -505,6 +531,22 @@ phases_command = config_command(
         "written as a run directory with each rank's sampled power timeline: read it with dtpo report --power-swing "
         "DIR. Every figure simulated.",
     exclude=[p for p in _EVERY if p not in (*_JOB, "stragglers.straggler", "knobs.power_limit_w", "output.run_dir")])
+
+
+def _grid_command(ctx: typer.Context, config: SimulateConfig) -> None:
+    if config.grid.signal is None:
+        raise ConfigError("dtpo simulate grid needs --grid-signal FILE (a CSV or API JSON of carbon intensity or "
+                          "price) and --deadline HOURS")
+    simulate(config, gpu_named=_gpu_named(ctx))
+
+
+grid_command = config_command(
+    _grid_command, tree=SimulateConfig, help_values=HELP_VALUES, pass_context=True,
+    doc="Schedule a job on simulated GPUs against a grid signal (carbon intensity or price) by a deadline: "
+        "signal-blind, throttle (the power limit moves with the signal), pause, and the oracles that know the trace; "
+        "their carbon or cost, time and setting over time. Every figure simulated.",
+    exclude=[p for p in _EVERY if p not in ("job.gpu", "job.workload", "job.batch_size", "job.gpus", "job.steps",
+                                            "job.model", "job.trace", *_GRID, *_OUTPUT)])
 list_command = _mode_command(
     "List the GPU models and workloads that can be simulated (with --trace: the file's traces).",
     takes=("job.gpu", "job.batch_size", "job.trace"), fixed={"output.list": True})
@@ -533,5 +575,6 @@ simulate_app = typer.Typer(name="simulate", invoke_without_command=True, add_com
 simulate_app.callback()(config_command(_earlier_spelling, tree=SimulateConfig, help_values=HELP_VALUES,
                                        hidden=_EVERY, pass_context=True))
 for _name, _command in (("run", run_command), ("sweep", sweep_command), ("tune", tune_command),
-                        ("stragglers", stragglers_command), ("phases", phases_command), ("list", list_command)):
+                        ("stragglers", stragglers_command), ("phases", phases_command), ("grid", grid_command),
+                        ("list", list_command)):
     simulate_app.command(_name, context_settings={"help_option_names": ["-h", "--help"]})(_command)

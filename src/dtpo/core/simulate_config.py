@@ -8,6 +8,7 @@ on it, its stragglers, and where the result goes.
       knobs       SimKnobConfig        a power limit / SM clock held, or a knob swept
       tune        SimTuneConfig        dtpo's tuner on the job: the knob, the cost metric, the grid
       stragglers  SimStragglerConfig   slow ranks, their pattern and period
+      grid        SimGridConfig        a grid signal, the policies scheduled against it, the deadline
       output      SimOutputConfig      JSON, run directory, run store; or only list the models
 
 The tree says which of the command's modes it asks for (:attr:`SimulateConfig.mode`: one setting, a sweep,
@@ -28,7 +29,8 @@ from dtpo.core.config import TUNE_KNOBS
 from dtpo.core.config_section import Section, Tree, flag
 from dtpo.core.errors import ConfigError
 
-__all__ = ["MODEL_CHOICES", "SIM_SWEEPS", "SimJobConfig", "SimKnobConfig", "SimOutputConfig", "SimStragglerConfig",
+__all__ = ["GRID_POLICY_CHOICES", "MODEL_CHOICES", "SIM_SWEEPS", "SimGridConfig",
+           "SimJobConfig", "SimKnobConfig", "SimOutputConfig", "SimStragglerConfig",
            "SimTuneConfig", "SimulateConfig", "parse_stragglers", "rebalance_knob"]
 
 MODEL_CHOICES: tuple[str, ...] = ("auto", "calibrated", "parametric")
@@ -41,6 +43,8 @@ DEFAULT_TUNE_STEP_W = 25.0
 DEFAULT_COUNTER_PERIOD_S = 0.1
 DEFAULT_PATTERN = "static"
 DEFAULT_PERIOD_STEPS = 500
+GRID_POLICY_CHOICES: tuple[str, ...] = ("blind", "throttle", "pause", "all")  # --grid-policy
+DEFAULT_GRID_SLACK = 0.25  # --job-hours left out: the deadline gives the job this much slack
 MODES: tuple[str, ...] = ("list", "stragglers", "rebalance", "tune", "sweep", "setting")
 
 
@@ -167,6 +171,60 @@ class SimStragglerConfig(Section):
 
 
 @dataclass(kw_only=True)
+class SimGridConfig(Section):
+    """A grid signal (carbon intensity or price over time) and the policies that schedule the job against it."""
+
+    SECTION: ClassVar[str] = "grid"
+
+    signal: Path | None = field(default=None, metadata=flag("--grid-signal"))
+    """Grid signal file: a time,value CSV (columns forecast and actual kept), WattTime v3, Electricity Maps v3 or UK
+    carbon-intensity API JSON. Policies decide on its forecast (where it has one) and are judged on its actual
+    values."""
+    policy: str = field(default="all", metadata=flag("--grid-policy"))
+    """blind (the default setting throughout), throttle (the power limit moves with the signal), pause (checkpoint
+    and stop while it is high) or all."""
+    deadline: float | None = field(default=None, metadata=flag("--deadline"))
+    """Hours from the start by which the job must be done."""
+    job_hours: float | None = field(default=None, metadata=flag("--job-hours"))
+    """Length of the job at the default setting, hours (default: the deadline over 1 + {DEFAULT_GRID_SLACK:g}, a
+    job with {DEFAULT_GRID_SLACK:.0%} slack)."""
+    start: str | None = field(default=None, metadata=flag("--start"))
+    """When the job starts, ISO time (UTC unless it names a zone; default: the signal's start); the start of one of
+    the signal's intervals."""
+    resume_s: float | None = field(default=None, metadata=flag("--resume-s"))
+    """Seconds lost each time a paused job resumes (restart, restore, warm-up; default {DEFAULT_GRID_RESUME_S:g})."""
+
+    def __post_init__(self) -> None:
+        self._path("signal")
+        self._check_type("policy", str, False)
+        self._check_type("start", str, True)
+        for name in ("deadline", "job_hours", "resume_s"):
+            self._optional_number(name)
+        if self.signal is None:
+            given = [flag_name for flag_name, value in (("--deadline", self.deadline), ("--job-hours", self.job_hours),
+                                                        ("--start", self.start), ("--resume-s", self.resume_s))
+                     if value is not None]
+            if given or self.policy != "all":
+                raise ConfigError(f"{(given or ['--grid-policy'])[0]} schedules a job against a grid signal; name "
+                                  "the signal with --grid-signal FILE")
+            return
+        self._choice("policy", GRID_POLICY_CHOICES)
+        if self.deadline is None:
+            raise ConfigError("--grid-signal needs --deadline HOURS: when the job must be done")
+        for flag_name, value in (("--deadline", self.deadline), ("--job-hours", self.job_hours)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{flag_name} must be a finite number of hours > 0, got {value:g}")
+        if self.resume_s is not None and not (math.isfinite(self.resume_s) and self.resume_s >= 0):
+            raise ConfigError(f"--resume-s must be a finite number of seconds >= 0, got {self.resume_s:g}")
+
+    @property
+    def hours(self) -> float:
+        """The job's length at the default setting (``--job-hours``, else the deadline less the default slack)."""
+        assert self.deadline is not None
+        return self.job_hours if self.job_hours is not None else self.deadline / (1 + DEFAULT_GRID_SLACK)
+
+
+@dataclass(kw_only=True)
 class SimOutputConfig(Section):
     """Where the result goes besides the terminal; or only a list of what can be simulated."""
 
@@ -194,7 +252,7 @@ class SimulateConfig(Tree):
 
     SECTIONS: ClassVar[dict[str, type[Section]]] = {
         "job": SimJobConfig, "knobs": SimKnobConfig, "tune": SimTuneConfig, "stragglers": SimStragglerConfig,
-        "output": SimOutputConfig}
+        "grid": SimGridConfig, "output": SimOutputConfig}
 
     job: SimJobConfig = field(default_factory=SimJobConfig)
     """The simulated job."""
@@ -204,6 +262,8 @@ class SimulateConfig(Tree):
     """The tuner run on the job."""
     stragglers: SimStragglerConfig = field(default_factory=SimStragglerConfig)
     """Slow ranks."""
+    grid: SimGridConfig = field(default_factory=SimGridConfig)
+    """A grid signal and the policies scheduled against it."""
     output: SimOutputConfig = field(default_factory=SimOutputConfig)
     """JSON, run directory and run store."""
 

@@ -11,8 +11,9 @@ price per kWh).
   time x time`` per sample, the value of time the smallest that still finishes by the deadline on the forecast
   (re-chosen every interval from the progress made), after Chase (arXiv 2303.02508).
 * ``pause`` (:class:`PauseWhenDirty`): the default setting while the forecast is at most a threshold, paused above
-  it; the threshold is the forecast of the last interval the remaining work (and its resumes) needs among the
-  cheapest ones left before the deadline, so it rises as the slack is spent ("Let's Wait Awhile", Middleware '21).
+  it; the threshold is re-chosen every interval as the one that, played out on the forecast to the deadline with
+  each resume's cost, finishes in time at the least cost, so it rises as the slack is spent and stays above
+  everything where no pause pays for its resume ("Let's Wait Awhile", Middleware '21).
 * ``oracle`` (:func:`oracle_plan`): dynamic programming over intervals x actions x progress on the actual signal,
   over the actions a policy may take (settings, and pauses where allowed): the best any policy could have done.
 
@@ -225,7 +226,13 @@ class Throttle:
 
 class PauseWhenDirty:
     """The default setting while the forecast is at most a threshold, paused above it; the threshold is chosen from
-    the forecast and the slack left, so the remaining work (with its resumes) still fits before the deadline.
+    the forecast and the slack left, re-chosen every interval.
+
+    Each candidate threshold (every forecast value ahead) is played out on the forecast from this interval to the
+    deadline: run while the forecast is at most the threshold, pause above it, run regardless once pausing would
+    leave too little time for the work and one resume; every resume after a pause costs its seconds at the
+    setting's power. The threshold chosen is the one whose play-out finishes by the deadline at the least forecast
+    cost, so it pauses only where a pause pays for its resume on the forecast, and not at all where none does.
 
     Args:
         settings: The measured settings.
@@ -237,7 +244,9 @@ class PauseWhenDirty:
         self.job = job
         self.default = default
         self._time = settings[default].time_per_sample_s
+        self._power_w = settings[default].power_w
         self.threshold = math.inf
+        self.expected_saving = 0.0  # on the forecast, against running from now on: what the threshold is worth
         self._running = True
 
     def decide(self, interval: int, done: float, forecast: np.ndarray) -> int:
@@ -246,25 +255,17 @@ class PauseWhenDirty:
         available = job.available_s()[interval:]
         ahead = np.asarray(forecast[interval:interval + len(available)], dtype=float)
         work_s = (job.samples - done) * self._time
-        resume = 0.0 if self._running else job.resume_s
-        # pausing now must leave the work and its resume in the time after this interval (time is deterministic:
-        # a run forced at the next interval then still finishes by the deadline)
         if float(available[1:].sum()) < (work_s + job.resume_s) * (1 + 1e-9):
-            self.threshold = math.inf
+            self.threshold, self.expected_saving = math.inf, 0.0  # no slack left for a pause and its resume
             return self._run()
-        order = np.argsort(ahead, kind="stable")
-        needed = work_s + resume
-        for _ in range(3):  # the chosen intervals' blocks each cost a resume: count them, choose again
-            count = _intervals_for(available[order], needed)
-            chosen = np.zeros(len(ahead), dtype=bool)
-            chosen[order[:count]] = True
-            blocks = int(np.sum(chosen[1:] & ~chosen[:-1])) + (0 if chosen[0] and self._running else int(chosen[0]))
-            needed = work_s + blocks * job.resume_s
-        count = _intervals_for(available[order], needed)
-        self.threshold = float(ahead[order[min(count, len(order)) - 1]])
-        # running, a pause pays only if this interval is dearer than the threshold by the resume it costs
-        hysteresis = 1 + job.resume_s / job.interval_s if self._running else 1.0
-        if ahead[0] <= self.threshold * hysteresis:
+        candidates = np.unique(ahead)
+        costs, finished = _play_thresholds(candidates, ahead, available, work_s, job.resume_s, self._running)
+        never = costs[-1]  # the highest candidate: run throughout
+        feasible = np.nonzero(finished)[0]
+        best = int(feasible[np.argmin(costs[feasible])]) if len(feasible) else len(candidates) - 1
+        self.threshold = float(candidates[best])
+        self.expected_saving = float(1 - costs[best] / never) if never > 0 else 0.0
+        if ahead[0] <= self.threshold:
             return self._run()
         self._running = False
         return PAUSE
@@ -274,10 +275,26 @@ class PauseWhenDirty:
         return self.default
 
 
-def _intervals_for(available: np.ndarray, seconds: float) -> int:
-    """How many of the ``available`` intervals (in the order given) hold ``seconds``."""
-    total = np.cumsum(available)
-    return int(min(len(available), np.searchsorted(total, seconds - 1e-9) + 1))
+def _play_thresholds(thresholds: np.ndarray, ahead: np.ndarray, available: np.ndarray, work_s: float,
+                     resume_s: float, running: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Play out "run while the signal is at most the threshold" for every threshold at once on ``ahead`` (with a run
+    forced once pausing would leave less than the work and a resume): the cost per kW of each (signal x seconds
+    run), and whether it finished."""
+    count = len(thresholds)
+    left = np.full(count, work_s)  # work seconds still to do
+    was_running = np.full(count, running)
+    cost = np.zeros(count)
+    after = np.concatenate([np.cumsum(available[::-1])[::-1][1:], [0.0]])  # seconds after each interval
+    for j, value in enumerate(ahead):
+        busy = left > 0
+        forced = after[j] < (left + resume_s) * (1 + 1e-9)
+        run = busy & ((value <= thresholds) | forced)
+        overhead = np.where(was_running, 0.0, resume_s)
+        seconds = np.where(run, np.minimum(available[j], overhead + left), 0.0)
+        cost += seconds * value
+        left = np.where(run, left - np.maximum(0.0, seconds - overhead), left)
+        was_running = np.where(busy, run, was_running)
+    return cost, left <= work_s * 1e-9
 
 
 def plan_online(policy: Throttle | PauseWhenDirty, settings: Sequence[GridSetting], job: GridJob,
