@@ -120,7 +120,9 @@ def _train(hosts: Hosts, tmp_path: Path, restarts: int) -> tuple[list[int], floa
     log_a = tmp_path / "node-a.log"
     deadline = time.monotonic() + 180
     while b"step-000040 saved" not in log_a.read_bytes():
-        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), log_a.read_text()
+        if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+            logs = "\n".join(f"--- {node}:\n{(tmp_path / f'{node}.log').read_text()}" for node in ("node-a", "node-b"))
+            raise AssertionError(f"the nodes did not reach step 40 (exit codes {[p.poll() for p in procs]}):\n{logs}")
         time.sleep(0.2)
     hosts.link(up=False)
     down_at = time.monotonic()
