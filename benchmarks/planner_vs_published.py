@@ -28,8 +28,15 @@ the larger counts (that point is then fitted, not predicted).
 Known outliers (:data:`KNOWN_OUTLIERS`, each with its reason) are shown and counted apart: they do not fail the
 verdict, and the verdict says how many there were.
 
+Energy at scale (:func:`power_check`): MLPerf Training v4.0's ResNet-50 with measured node AC power on 1 and 8
+nodes of 8 H100 (``--power``: ``benchmarks/data/mlperf_power_smc_resnet_v4.0.json``, whose figures
+``benchmarks/mlperf_power_extract.py`` recomputes from the shipped logs; or ``--power-data FILE``). The
+planner gets the 1-node throughput and, as ``power.busy_power_w``, the GPU power that makes its 1-node J/sample
+the published one (node overhead: the planner's default); it predicts the 8-node throughput and J/sample, each
+with a goal of 10 %.
+
 Usage: ``python benchmarks/planner_vs_published.py [--data FILE] [--calibrate-on K] [--framework-point]
-[--write-scenarios DIR]``
+[--write-scenarios DIR] [--power | --power-data FILE]``
 """
 
 from __future__ import annotations
@@ -52,9 +59,12 @@ from dtpo.plan.scenario_reader import load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scaling" / "published_scaling.json"
+POWER_DATA = ROOT / "benchmarks" / "data" / "mlperf_power_smc_resnet_v4.0.json"
 SCENARIOS = ROOT / "examples" / "plan" / "published"
 EFFICIENCY_POINTS = 0.05
 THROUGHPUT_SHARE = 0.10
+ENERGY_SHARE = 0.10  # goal: predicted J/sample within this share of the published one
+CALIBRATION_MATCH = 1e-3  # the calibration point's J/sample must be reproduced within this share
 
 # Points the planner is known to miss, counted apart in the verdict, with why (tests/plan/test_planner.py keeps the
 # same series as a strict xfail).
@@ -347,6 +357,92 @@ def with_framework_point(scenario: Scenario, series: dict[str, Any]) -> Scenario
                                               multi_node_throughput=float(point["throughput"])))
 
 
+def power_series(record: dict[str, Any]) -> dict[str, Any]:
+    """A published-power record (see :data:`POWER_DATA`) as a series of two points: the smallest system's and the
+    largest system's GPUs, throughput, per-GPU batch and global batch, with the record's text fields."""
+    systems = sorted(record["systems"].values(), key=lambda s: s["gpus"])
+    points = [{"gpus": s["gpus"], "throughput": s["throughput"], "per_gpu_batch": s["per_gpu_batch"],
+               "global_batch": s["global_batch_size"]} for s in (systems[0], systems[-1])]
+    return {"id": record["id"], **record["series"], "source": record["source"]["repo"],
+            "per_gpu_batch": points[0]["per_gpu_batch"], "points": points}
+
+
+def _joules_per_sample(scenario: Scenario, busy_w: float) -> float:
+    """The planner's J/sample at the scenario's first GPU count with ``busy_w`` W per busy GPU."""
+    priced = replace(scenario, power=replace(scenario.power, busy_power_w=busy_w), gpu_counts=scenario.gpu_counts[:1])
+    return plan(priced, sensitivity=False).predictions[0].energy.joules_per_sample
+
+
+def power_scenario(record: dict[str, Any]) -> Scenario:
+    """The record's scenario, built as every series' is, with the busy GPU power that makes the planner's J/sample
+    at the calibration point the published one (it is linear in busy power: two plans give the line).
+
+    Raises:
+        ConfigError: The record cannot be built, or the calibration point's J/sample is not reproduced.
+    """
+    series = power_series(record)
+    data = scenario_for(checked_series(series))
+    data["unit"] = series.get("unit", "samples/s")
+    scenario = scenario_from_dict(data, where=record["id"])
+    target = min(record["systems"].values(), key=lambda s: s["gpus"])["joules_per_sample"]
+    low, high = 300.0, 600.0
+    j_low, j_high = _joules_per_sample(scenario, low), _joules_per_sample(scenario, high)
+    busy = low + (target - j_low) * (high - low) / (j_high - j_low)
+    if not busy > 0 or abs(_joules_per_sample(scenario, busy) / target - 1) > CALIBRATION_MATCH:
+        raise ConfigError(f"{record['id']}: no busy GPU power reproduces the published {target:.4g} J/sample at "
+                          f"{scenario.gpu_counts[0]} GPUs")
+    return replace(scenario, power=replace(scenario.power, busy_power_w=busy))
+
+
+def power_check(console: Console, path: Path) -> tuple[list[str], list[tuple[str, float, float]]]:
+    """Print the planner against a published power result; return the misses and each goal's (what, error,
+    goal)."""
+    try:
+        record = json.loads(path.read_text())
+        scenario = power_scenario(record)
+        result = plan(scenario)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ConfigError) as exc:
+        console.print(f"[yellow]skipped[/yellow] power result {path}: {exc}")
+        return [f"power result {path.name}: not predicted"], []
+    systems = {s["gpus"]: s for s in record["systems"].values()}
+    table = Table(title=f"planner against published energy at scale ({record['id']}; calibrated on "
+                        f"{scenario.gpu_counts[0]} GPUs: throughput, and busy GPU power "
+                        f"{scenario.power.busy_power_w:.0f} W from its J/sample)")
+    for name in ("GPUs", "per-GPU batch", f"published {scenario.unit}", f"predicted {scenario.unit}", "error",
+                 "published J/sample", "predicted J/sample", "error ", "published W/node", "predicted W/node",
+                 "if 20 % fixed", "limit"):
+        table.add_column(name, justify="left" if name == "limit" else "right")
+    misses, errors = [], []
+    for pred in result.predictions:
+        published = systems[pred.gpus]
+        nodes = published["nodes"]
+        err_t = pred.throughput / published["throughput"] - 1
+        err_j = pred.energy.joules_per_sample / published["joules_per_sample"] - 1
+        predicted_w = pred.energy.joules_per_step / pred.step.step_s / nodes
+        calibration = pred.gpus == scenario.gpu_counts[0]
+        if not calibration:
+            goals = [(f"throughput at {pred.gpus} GPUs", err_t, THROUGHPUT_SHARE),
+                     (f"J/sample at {pred.gpus} GPUs", err_j, ENERGY_SHARE)]
+            errors += goals
+            misses += [f"{record['id']}: {what} {err * 100:+.1f} % (goal {goal * 100:g} %)"
+                       for what, err, goal in goals if abs(err) > goal]
+        moved = "" if pred.sensitivity is None else f"{pred.throughput * (1 + pred.sensitivity[-1]):,.0f}"
+        table.add_row(str(pred.gpus), str(scenario.batch_at(pred.gpus)),
+                      f"{published['throughput']:,.0f}", f"{pred.throughput:,.0f}",
+                      "calibration" if calibration else f"{err_t * 100:+.1f} %",
+                      f"{published['joules_per_sample']:.4f}", f"{pred.energy.joules_per_sample:.4f}",
+                      "calibration" if calibration else f"{err_j * 100:+.1f} %",
+                      f"{published['node_power_w']:,.0f}", f"{predicted_w:,.0f}", moved, pred.limit)
+    console.print(table)
+    largest = systems[max(systems)]
+    console.print(f"published J/sample counts the nodes' measured AC power; with the submitter's switch estimate "
+                  f"({largest['switch_estimate_w']:,.0f} W, not measured) it would be "
+                  f"{largest['joules_per_sample_with_switch_estimate']:.4f} at {largest['gpus']} GPUs. Source: "
+                  f"{record['source']['repo']}@{record['source']['commit'][:12]}; figures recomputed by "
+                  f"benchmarks/mlperf_power_extract.py", markup=False, highlight=False)
+    return misses, errors
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="planner_vs_published.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA))
@@ -356,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
                              "usually the first point on two nodes) and predict the larger ones")
     parser.add_argument("--framework-point", action="store_true",
                         help="fit a per-step framework cost from each series' first point on two nodes")
+    parser.add_argument("--power", action="store_true",
+                        help=f"also predict the shipped published power result ({POWER_DATA.name}) from its 1-node "
+                             "point, counted in the verdict")
+    parser.add_argument("--power-data", default=None, help="the same with another published power result")
     args = parser.parse_args(argv)
     if args.calibrate_on < 1:
         bad_flag(parser.prog, f"--calibrate-on must be 1 or more, not {args.calibrate_on}")
@@ -408,9 +508,18 @@ def main(argv: list[str] | None = None) -> int:
                           f"{diff * 100:+.1f}" + ("" if ok else " OUTLIER" if outlier else " MISSED"), pred.limit)
         console.print(f"{series['id']}: scenario {origin}")
     console.print(table)
+    power_errors: list[tuple[str, float, float]] = []
+    if args.power or args.power_data:
+        power_misses, power_errors = power_check(console, Path(args.power_data or POWER_DATA))
+        misses += power_misses
     console.print(f"worst throughput error {worst_t * 100:.1f} % (goal {THROUGHPUT_SHARE * 100:g} %); worst "
                   f"efficiency difference {worst_e * 100:.1f} points (goal {EFFICIENCY_POINTS * 100:g}); known "
                   f"outliers counted apart: {len(outliers)}")
+    if power_errors:
+        console.print("energy at scale: " + "; ".join(f"{what} {err * 100:+.1f} %" for what, err, _ in power_errors)
+                      + f" (goals {THROUGHPUT_SHARE * 100:g} % and {ENERGY_SHARE * 100:g} %); "
+                      + f"{sum(1 for what, err, goal in power_errors if abs(err) <= goal)} of {len(power_errors)} met",
+                      markup=False, highlight=False)
     for outlier in outliers:
         console.print(f"OUTLIER {outlier}", markup=False, highlight=False)
     for miss in misses:

@@ -1,0 +1,102 @@
+"""The shipped MLPerf power result: its file loads, its figures are recomputed from the shipped logs, and the
+benchmark's power section calibrates on the 1-node point and predicts the 8-node one."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture
+def extract(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module("mlperf_power_extract")
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    return importlib.import_module("planner_vs_published")
+
+
+def test_data_file_loads_with_its_source_and_both_systems(extract: ModuleType) -> None:
+    record = json.loads(extract.FIGURES.read_text())
+    assert record["source"]["repo"] == "mlcommons/training_results_v4.0"
+    assert len(record["source"]["commit"]) == 40
+    assert "Apache" in record["source"]["licence"]
+    systems = record["systems"]
+    assert {s["nodes"] for s in systems.values()} == {1, 8}
+    for system in systems.values():
+        assert len(system["runs"]) == 5 and len(system["olympic_runs"]) == 3
+        assert system["joules_per_sample"] == pytest.approx(system["node_energy_j"] / system["samples"])
+    shipped = sum(p.stat().st_size for p in (extract.ARCHIVE, extract.FIGURES))
+    assert shipped < 1_000_000
+
+
+def test_the_derivation_reproduces_the_files_figures(extract: ModuleType) -> None:
+    record = json.loads(extract.FIGURES.read_text())
+    assert extract.differences(record["systems"], extract.extract()) == []
+
+
+def test_a_changed_figure_is_caught(extract: ModuleType) -> None:
+    record = json.loads(extract.FIGURES.read_text())
+    record["systems"]["8xSMC-H100-SXM-80GB"]["joules_per_sample"] *= 1.01
+    found = extract.differences(record["systems"], extract.extract())
+    assert found and "joules_per_sample" in found[0]
+
+
+def test_energy_integrates_over_the_window_holding_edge_readings(extract: ModuleType) -> None:
+    # readings at 1, 2 and 3 s; over 0..4 s: 1000 W held for 1 s, trapezoids 1500 J and 2000 J, 2000 W held 1 s
+    readings = [(1000, 1000.0), (2000, 2000.0), (3000, 2000.0)]
+    assert extract.energy_in_window(readings, 0, 4000) == pytest.approx(1000 + 1500 + 2000 + 2000)
+    assert extract.energy_in_window(readings, 1500, 2500) == pytest.approx((1500 + 2000) / 2 * 0.5 + 2000 * 0.5)
+    with pytest.raises(ValueError):
+        extract.energy_in_window(readings, 10, 10)
+
+
+def test_run_figures_count_epochs_and_refuse_an_inconsistent_log(extract: ModuleType) -> None:
+    def line(t: int, key: str, value: object = None, **metadata: object) -> str:
+        event = {"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": key, "value": value,
+                 "metadata": metadata}
+        return ":::MLLOG " + json.dumps(event)
+
+    head = [line(0, "run_start"), line(0, "train_samples", 100), line(0, "global_batch_size", 20),
+            line(0, "d_batch_size", 10), line(1000, "epoch_stop"), line(2000, "epoch_stop"),
+            line(2000, "eval_accuracy", 0.8)]
+    node = "\n".join(line(t, "power_reading", 500) for t in (0, 1000, 2000))
+    good = "\n".join([*head, line(2000, "run_stop", status="success", epoch=1)])
+    figures = extract.run_figures(good, [node, node], [])
+    assert figures["samples"] == 200 and figures["time_to_train_s"] == 2.0 and figures["throughput"] == 100.0
+    assert figures["node_energy_j"] == pytest.approx(2 * 500 * 2.0)
+    assert figures["joules_per_sample"] == pytest.approx(10.0) and figures["node_power_w"] == pytest.approx(500)
+    bad = "\n".join([*head, line(2000, "run_stop", status="success", epoch=4)])
+    with pytest.raises(ValueError, match="epoch"):
+        extract.run_figures(bad, [node], [])
+
+
+def test_power_section_reproduces_its_calibration_point_and_predicts_the_other(bench: ModuleType) -> None:
+    record = json.loads(bench.POWER_DATA.read_text())
+    scenario = bench.power_scenario(record)
+    assert scenario.gpu_counts == (8, 64) and scenario.unit == "images/s"
+    assert scenario.batch_at(8) == 400 and scenario.batch_at(64) == 50
+    result = bench.plan(scenario)
+    first, last = result.predictions
+    one_node = record["systems"]["1xSMC-H100-SXM-80GB"]
+    assert first.throughput == pytest.approx(one_node["throughput"], rel=1e-6)
+    assert first.energy.joules_per_sample == pytest.approx(one_node["joules_per_sample"], rel=bench.CALIBRATION_MATCH)
+    assert last.gpus == 64 and last.throughput > first.throughput
+
+
+def test_the_power_goals_are_counted_in_the_verdict(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
+    extra = BENCHMARKS / "data" / "published_scaling_heldout.json"
+    code = bench.main(["--data", str(extra), "--power"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "energy at scale: throughput at 64 GPUs" in out and "J/sample at 64 GPUs" in out
+    power_missed = "MISSED mlperf_v4.0_smc_resnet50_ac_power" in out
+    assert ("of 2 met" in out) and (code == 1 if power_missed else True)
