@@ -71,6 +71,7 @@ def resolve(config: RunConfig) -> RunConfig:
     if config.workload.framework != "torch":  # their scripts have their own learning rate (SGD, not AdamW)
         resolved = resolved.replace(workload={"lr": config.workload.lr})
     check_tuning(resolved)
+    resolved = check_grid(resolved)
     if resolved.launch.engine == "ray":  # Ray importable, --ray-address answering: before the run dir is touched
         from dtpo.cli.ray_launch import check_ray_engine
 
@@ -130,8 +131,6 @@ def check_tuning(config: RunConfig) -> None:
     Raises:
         ConfigError: A bad ``--cost``, no GPU whose knobs dtpo can reach, or a precision this device cannot run.
     """
-    from dtpo.devices.base import DeviceError
-    from dtpo.devices.nvml import open_nvml_gpus
     from dtpo.tune.cost import parse_cost
 
     tune = config.tune
@@ -141,19 +140,58 @@ def check_tuning(config: RunConfig) -> None:
     if tune.job_knobs:
         check_job_tuning(config)
         return
-    try:
-        gpus = [gpu for gpu in open_nvml_gpus() if gpu.knob_key is not None]
-    except DeviceError as exc:
-        gpus, why = [], str(exc)
-    else:
-        why = "no GPU with power knobs"
-    for gpu in gpus:
-        gpu.close()
-    if not gpus:
+    why = _why_no_knob_gpus()
+    if why is not None:
         example = (f"--gpus 16 --straggler 3:1.2 --tune {tune.knob}" if tune.stragglers
                    else f"--tune {tune.knob} --cost {tune.cost}")
         raise ConfigError(f"--tune {tune.knob} needs an NVIDIA GPU and this machine has none usable ({why}); "
                           f"`dtpo simulate {example}` runs the same tuner on simulated GPUs")
+
+
+def _why_no_knob_gpus() -> str | None:
+    """Why this machine has no NVIDIA GPU whose knobs dtpo can reach (``None``: it has one)."""
+    from dtpo.devices.base import DeviceError
+    from dtpo.devices.nvml import open_nvml_gpus
+
+    try:
+        gpus = [gpu for gpu in open_nvml_gpus() if gpu.knob_key is not None]
+    except DeviceError as exc:
+        return str(exc)
+    for gpu in gpus:
+        gpu.close()
+    return None if gpus else "no GPU with power knobs"
+
+
+def check_grid(config: RunConfig) -> RunConfig:
+    """Refuse a ``--grid-signal`` run that cannot work, before any worker starts: a signal file dtpo cannot read
+    (or with bad values), one that does not cover the run from its start (now, or the signal's first interval under
+    ``--grid-replay``) to the deadline, or no GPU whose power limit dtpo can reach.
+
+    Returns:
+        ``config`` with the signal's path made absolute (the workers read it).
+
+    Raises:
+        ConfigError: One line naming what to change.
+    """
+    grid = config.grid
+    if not grid.enabled:
+        return config
+    from datetime import UTC, datetime
+
+    from dtpo.session.tuning.grid import decision_signals
+
+    assert grid.signal is not None and grid.deadline_h is not None
+    path = Path(grid.signal).expanduser().resolve()
+    accounted, decided, _ = decision_signals(path)
+    start = accounted.start if grid.replay is not None else datetime.now(UTC)
+    for signal in {id(s): s for s in (accounted, decided)}.values():
+        signal.check_covers(start, grid.deadline_h * 3600, f"--deadline {grid.deadline_h:g}")
+    why = _why_no_knob_gpus()
+    if why is not None:
+        raise ConfigError(f"--grid-signal moves the GPUs' power limit and this machine has no GPU whose limit dtpo "
+                          f"can reach ({why}); `dtpo simulate grid --grid-signal {grid.signal} --deadline "
+                          f"{grid.deadline_h:g}` schedules simulated GPUs")
+    return config.replace(grid={"signal": str(path)})
 
 
 def check_job_tuning(config: RunConfig) -> None:

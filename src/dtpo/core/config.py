@@ -11,6 +11,7 @@ One tree, nested keyword-only dataclasses::
       launch    LaunchConfig     local workers, threads per worker, run directory, restarts
       telemetry TelemetryConfig  run store, live metrics, traces, report
       checkpoint CheckpointConfig checkpoints (torch.distributed.checkpoint) and resuming from them
+      grid      GridConfig       a grid signal (carbon intensity or price over time) the power limit follows
 
 Every field carries its documentation as a string right under it (read by :func:`field_docs`, so the CLI's
 help and this file cannot disagree) and, where it is a command-line flag, the flag's name in its metadata
@@ -53,6 +54,9 @@ TUNE_CHOICES: tuple[str, ...] = (*TUNE_KNOBS, "stragglers", "rebalance", REBALAN
 JOB_KNOBS: tuple[str, ...] = ("precision", "grad-accum", "compression")  # job knobs, tuned in this order
 ON_ERROR_STOP = "stop"
 CHECKPOINT_ERROR_ACTIONS: tuple[str, ...] = ("warn", ON_ERROR_STOP)  # what a checkpoint that cannot be written does
+GRID_RUN_POLICIES: tuple[str, ...] = ("throttle", "pause")  # --grid-policy of dtpo train (pause: simulate-only)
+MAX_DEADLINE_H = 24 * 366.0
+MAX_GRID_REPLAY = 1e6
 
 MAX_STEPS = 10**9
 MAX_BATCH_SIZE = 2**20
@@ -447,6 +451,51 @@ class CheckpointConfig(Section):
         return self.every is not None or self.resume is not None or self.dir is not None
 
 
+@dataclass(kw_only=True)
+class GridConfig(Section):
+    """Scheduling the run against a grid signal: in each of the signal's intervals the GPUs hold the power limit a
+    policy chooses from the run's own measurements (see ``dtpo.session.tuning.grid``)."""
+
+    SECTION: ClassVar[str] = "grid"
+
+    signal: str | None = field(default=None, metadata=flag("--grid-signal"))
+    """Carbon-intensity or price trace (a time,value CSV, WattTime v3, Electricity Maps v3 or UK carbon-intensity
+    JSON) the GPUs' power limit follows, by --deadline; default: signal-blind."""
+    policy: str = field(default="throttle", metadata=flag("--grid-policy"))
+    """throttle: in each signal interval, the measured power limit of least signal x energy that still finishes
+    by --deadline (pause is `dtpo simulate grid` only for now)."""
+    deadline_h: float | None = field(default=None, metadata=flag("--deadline"))
+    """With --grid-signal: hours from the start (in the signal's time) by which the run must finish."""
+    replay: float | None = field(default=None, metadata=flag("--grid-replay"))
+    """With --grid-signal: replay the signal from its first interval, SPEEDUP signal seconds per wall second
+    (a short demonstration or test), instead of following the clock."""
+
+    def __post_init__(self) -> None:
+        self._check_type("signal", str, True)
+        if self.signal is not None and not self.signal.strip():
+            raise self._fail("signal", "must name a file, got an empty string")
+        self._choice("policy", GRID_RUN_POLICIES)
+        self._float("deadline_h", positive=True, maximum=MAX_DEADLINE_H, optional=True)
+        self._float("replay", positive=True, maximum=MAX_GRID_REPLAY, optional=True)
+        if self.signal is None:
+            given = [name for name, value in (("--deadline", self.deadline_h), ("--grid-replay", self.replay),
+                                              ("--grid-policy", None if self.policy == "throttle" else self.policy))
+                     if value is not None]
+            if given:
+                raise ConfigError(f"{given[0]} schedules the run against a grid signal: add --grid-signal FILE")
+            return
+        if self.deadline_h is None:
+            raise self._fail("deadline_h", "is needed with --grid-signal: the hours by which the run must finish")
+        if self.policy == "pause":
+            raise ConfigError("--grid-policy pause is simulate-only for now (`dtpo simulate grid --grid-policy "
+                              "pause`): a real run cannot yet stop and resume as one run; use --grid-policy throttle")
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the run follows a grid signal."""
+        return self.signal is not None
+
+
 def parse_every(text: str) -> tuple[int | None, float | None] | None:
     """``"100"`` as ``(100, None)`` (steps), ``"90s"``/``"10m"``/``"1.5h"`` as ``(None, seconds)``; ``None`` when
     it is neither (or not positive)."""
@@ -480,6 +529,7 @@ def parse_metrics_addr(text: str) -> tuple[str, int]:
 SECTIONS: dict[str, type[Section]] = {
     "workload": WorkloadConfig, "session": SessionConfig, "energy": EnergyConfig, "knobs": KnobConfig,
     "tune": TuneConfig, "launch": LaunchConfig, "telemetry": TelemetryConfig, "checkpoint": CheckpointConfig,
+    "grid": GridConfig,
 }
 
 
@@ -514,12 +564,17 @@ class RunConfig(Tree):
     """Run store, live metrics, traces and report."""
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     """Checkpoints and resuming."""
+    grid: GridConfig = field(default_factory=GridConfig)
+    """A grid signal the power limit follows."""
 
     def _check_rules(self) -> None:
         steps, warmup = self.workload.steps, self.session.warmup_steps
         if steps is not None and steps <= warmup:
             raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
                               f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
+        if self.grid.enabled and (self.tune.knob is not None or self.knobs.requested):
+            drop = "--tune" if self.tune.knob is not None else "--power-limit / --sm-clock / --power-smoothing"
+            raise ConfigError(f"--grid-signal chooses the GPUs' power limit itself; drop {drop}")
         tune = self.tune
         if tune.knob is None:
             return

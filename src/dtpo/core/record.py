@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from dtpo.core.errors import DtpoError
 from dtpo.core.measurement import Measurement, measurement_or_none
-from dtpo.core.record_sections import KnobSection, SlackSection, Tuning, known_fields, tuning_from_dict
+from dtpo.core.record_sections import GridSection, KnobSection, SlackSection, Tuning, known_fields, tuning_from_dict
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +126,8 @@ class RankRecord:
         bookkeeping_s_per_step: dtpo bookkeeping per step: the CPU seconds the Session spent in its own code per
             measured step (see ``dtpo.session.loop.bookkeeping``); ``None`` where not counted (records written
             before it existed, producers other than the Session, runs with no counted step).
+        grid: The run scheduled against a grid signal (:class:`~dtpo.core.record_sections.GridSection`); ``None``
+            (and left out of the file) without ``--grid-signal``.
     """
 
     rank: int
@@ -145,6 +147,7 @@ class RankRecord:
     checkpoints: list[dict[str, Any]] = field(default_factory=list)
     evaluation: dict[str, Any] | None = None
     bookkeeping_s_per_step: float | None = None
+    grid: GridSection | None = None
 
     _SECTIONS: ClassVar[tuple[str, ...]] = ("knobs", "tuning", "slack")
 
@@ -160,6 +163,8 @@ class RankRecord:
             self.tuning = tuning_from_dict(self.tuning)
         if isinstance(self.slack, dict):
             self.slack = SlackSection.from_dict(self.slack, unknown, f"{where}slack.")
+        if isinstance(self.grid, dict):
+            self.grid = GridSection.from_dict(self.grid, unknown, f"{where}grid.")
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -175,6 +180,10 @@ class RankRecord:
             del out["evaluation"]
         if self.bookkeeping_s_per_step is None:  # nor those of producers that do not count it
             del out["bookkeeping_s_per_step"]
+        if self.grid is None:  # nor those of runs without a grid signal
+            del out["grid"]
+        else:
+            out["grid"] = self.grid.to_dict()
         return out
 
     @classmethod

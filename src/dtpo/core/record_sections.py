@@ -1,6 +1,6 @@
 """Typed sections of a rank's record: the GPU knobs held, what a tuner did, the rank's slack.
 
-Each section is a dataclass with a ``kind`` (``"knobs"``, ``"power"``, ``"job"``, ``"slack"``) and
+Each section is a dataclass with a ``kind`` (``"knobs"``, ``"power"``, ``"job"``, ``"slack"``, ``"grid"``) and
 ``to_dict`` / ``from_dict`` that keep ``record.json`` as it always was: the same keys, in the same order, and
 records written before these types existed load into them. Readers tell the tuning sections apart by their
 type (:class:`PowerTuning` or :class:`JobTuning`); only :func:`tuning_from_dict` reads the file's ``kind`` key,
@@ -189,6 +189,51 @@ class JobTuning:
         report = {k: v for k, v in data.items() if k not in cls._OWN}
         own = {k: v for k, v in data.items() if k in cls._OWN and k != "kind"}
         return cls(**own, report=report or None)
+
+
+@dataclass
+class GridSection:
+    """``ranks[].grid``: the run scheduled against a grid signal (``--grid-signal``; the same on every rank).
+
+    Attributes:
+        policy: The policy (``"throttle"``).
+        signal: The signal: ``source``, ``unit``, ``kind``, ``interval_s``, ``decided_on`` (forecast or actual),
+            ``replay`` (signal seconds per wall second, ``None``: the clock), ``start`` (the run's start in the
+            signal's time) and ``values`` (the accounted values of the intervals the run spanned).
+        deadline_h: Hours from the start by which the run had to finish (signal time).
+        settings: Each power limit measured at the start: ``power_limit_w``, ``time_per_sample_s`` (signal time),
+            ``energy_per_sample_j`` (all GPUs) and ``steps`` measured.
+        source: Where the per-setting figures come from: ``measured`` (the run's own GPU energy counters) or
+            ``simulated`` (virtual GPUs).
+        intervals: The setting over time: ``interval`` (the signal's index), ``start``, ``signal``,
+            ``power_limit_w``, ``from_step``, ``seconds`` (signal time) and ``energy_j`` (GPU energy spent in it).
+        outcome: ``finished_h``, ``deadline_met``, ``energy_j``, ``cost`` (GPU energy x signal, as measured) and,
+            estimated by replaying the measured per-setting figures on the signal, ``estimated`` (``cost``,
+            ``blind_cost``, ``saving``, ``blind_finished_h``).
+        note: What happened, in words (why nothing was scheduled, a deadline that could not be met, ...).
+        job: The job the policy scheduled: ``samples`` (all ranks), ``deadline_s`` and ``interval_s``, in seconds
+            from the start of the signal interval the run started in (``None`` before the sweep ended).
+    """
+
+    kind: ClassVar[str] = "grid"
+    policy: str
+    signal: dict[str, Any] = field(default_factory=dict)
+    deadline_h: float | None = None
+    settings: list[dict[str, Any]] = field(default_factory=list)
+    source: str = "measured"
+    intervals: list[dict[str, Any]] = field(default_factory=list)
+    outcome: dict[str, Any] | None = None
+    note: str = ""
+    job: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as written in ``record.json``."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], unknown: dict[str, Any] | None = None, where: str = "") -> GridSection:
+        """Inverse of :meth:`to_dict`; keys it does not know go into ``unknown`` under ``where + key``."""
+        return cls(**known_fields(cls, data, unknown, where))
 
 
 Tuning = PowerTuning | JobTuning

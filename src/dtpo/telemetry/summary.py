@@ -127,6 +127,9 @@ def totals_table(record: RunRecord) -> Table:
     stragglers = straggler_summary(record)
     if stragglers:
         rows.append(("stragglers", stragglers))
+    grid = grid_summary(record)
+    if grid:
+        rows.append(("grid signal", grid))
     rebalance = rebalance_summary(record)
     if rebalance:
         rows.append(("rebalance", rebalance))
@@ -209,6 +212,30 @@ def tuning_summary(record: RunRecord) -> str | None:
                      f"{refined['outcome']}, {refined['steps_at_runner_up']:,} steps at the runner-up")
     if (tuning.profile or {}).get("loaded"):
         parts.append("from a saved profile")
+    return escape("; ".join(parts))
+
+
+def grid_summary(record: RunRecord) -> str | None:
+    """One line on a run scheduled against a grid signal (rank 0's section: every rank decides the same): the
+    limits held, the cost as measured, the estimate against a signal-blind run, and the deadline."""
+    grid = next((r.grid for r in record.ranks if r.grid is not None), None)
+    if grid is None:
+        return None
+    outcome = grid.outcome or {}
+    held = sorted({s["power_limit_w"] for s in grid.intervals if s.get("phase") == "throttle"})
+    if not held or not outcome:
+        return escape(f"{grid.policy}: {grid.note or 'nothing was scheduled'}")
+    unit = outcome.get("cost_unit", "")
+    limits = f"{held[0]:g} W" if len(held) == 1 else f"limits {held[0]:g}-{held[-1]:g} W"
+    parts = [f"{grid.policy}: {len({s['interval'] for s in grid.intervals})} signal intervals, {limits}",
+             f"{outcome['cost']:.4g} {unit} (GPU energy x signal, {grid.source})"]
+    estimate = outcome.get("estimated")
+    if estimate:
+        parts.append(f"{estimate['saving'] * 100:+.1f} % saved against signal-blind (estimate)")
+    met = "met" if outcome.get("deadline_met") else "MISSED"
+    parts.append(f"finished in {outcome['finished_h']:.3g} h of the {grid.deadline_h:g} h deadline ({met})")
+    if grid.note:
+        parts.append(grid.note)
     return escape("; ".join(parts))
 
 

@@ -1,0 +1,113 @@
+"""``dtpo train --grid-signal``: bad input is one line before anything starts; on virtual GPUs the power limit
+follows Throttle's choices on a real trace (replayed fast), every rank alike, and comes back at the end."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, dtpo_cli, run_cli
+from fakes import FakeNvml
+
+from dtpo.tune.grid_policy import GridJob, GridSetting, Throttle
+
+UK_TRACE = REPO / "benchmarks" / "data" / "uk_carbon_intensity_2023-03-14_19.csv"  # 2023-03-14 01:00 to 03-19
+
+
+@pytest.fixture
+def no_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine whose NVML answers with no GPU (whatever this one has)."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([]))
+    monkeypatch.delenv("DTPO_VIRTUAL_GPUS", raising=False)
+
+
+def _unsorted(tmp_path: Path) -> str:
+    path = tmp_path / "unsorted.csv"
+    path.write_text("time,value\n2023-03-14T01:30Z,80\n2023-03-14T01:00Z,90\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(("flags", "said"), [
+    (["--grid-signal", str(UK_TRACE), "--grid-policy", "pause", "--deadline", "5"],
+     "--grid-policy pause is simulate-only for now"),
+    (["--deadline", "5"], "--deadline schedules the run against a grid signal: add --grid-signal FILE"),
+    (["--grid-signal", str(UK_TRACE)], "grid.deadline_h is needed with --grid-signal"),
+    (["--grid-signal", str(UK_TRACE), "--deadline", "5", "--tune", "power-limit"],
+     "--grid-signal chooses the GPUs' power limit itself; drop --tune"),
+    (["--grid-signal", str(UK_TRACE), "--deadline", "5", "--power-limit", "200"],
+     "--grid-signal chooses the GPUs' power limit itself; drop --power-limit"),
+    (["--grid-signal", str(UK_TRACE), "--deadline", "0", "--grid-replay", "60"], "grid.deadline_h must be positive"),
+    (["--grid-signal", str(UK_TRACE), "--deadline", "2", "--grid-replay", "-1"], "grid.replay must be positive"),
+    (["--grid-signal", str(UK_TRACE), "--deadline", "5"],  # on the clock: a 2023 trace does not cover today
+     "signal covers 2023-03-14T01:00Z to 2023-03-19"),
+    (["--grid-signal", str(UK_TRACE), "--deadline", "200", "--grid-replay", "60"],  # longer than the trace
+     "but --deadline 200 runs from 2023-03-14T01:00Z"),
+    (["--grid-signal", "UNSORTED", "--deadline", "1", "--grid-replay", "60"], "times are not sorted"),
+    (["--grid-signal", "/nonexistent/signal.csv", "--deadline", "1"], "cannot read it"),
+    (["--grid-signal", str(UK_TRACE), "--deadline", "5", "--grid-replay", "60"],
+     "--grid-signal moves the GPUs' power limit and this machine has no GPU whose limit dtpo can reach"),
+])
+def test_bad_grid_input_is_one_line_before_launch(flags: list[str], said: str, tmp_path: Path, no_gpus: None,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    flags = [_unsorted(tmp_path) if f == "UNSORTED" else f for f in flags]
+    code, _, err = run_cli(["train", "--workload", "mlp", "--steps", "10", "--run-dir", str(tmp_path / "run"),
+                            *flags], capsys)
+    assert code == 2 and said in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "run").exists()  # refused before the run directory was made
+
+
+@pytest.mark.slow
+def test_on_virtual_gpus_the_limit_follows_throttle_and_comes_back(tmp_path: Path) -> None:
+    pytest.importorskip("pynvml", reason="nvidia-ml-py (the dev extra) is not installed")
+    if not any(shutil.which(c) for c in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler to build the NVML stand-in")
+    from dtpo.devices.virtual_nvml import ENV
+    from dtpo.devices.virtual_nvml import state as st
+    from dtpo.devices.virtual_nvml.make import create
+
+    made = create(tmp_path / "vgpu", gpu="A40", count=2, root=True, log_calls=True, slow_steps=True)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    env |= {ENV: str(made.directory), "DTPO_STATE_DIR": str(tmp_path / "state")}
+    run_dir = tmp_path / "run"
+    done = subprocess.run(dtpo_cli("train", "--workload", "mlp", "--steps", "300", "--window-steps", "5",
+                                   "--grid-signal", str(UK_TRACE), "--deadline", "47", "--grid-replay", "600",
+                                   "--run-dir", str(run_dir), "--no-report", "--no-trace"),
+                          env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "grid signal" in done.stdout and "against signal-blind (estimate)" in done.stdout
+    record = json.loads((run_dir / "record.json").read_text())
+    sections = [rank["grid"] for rank in record["ranks"]]
+    limits = [[s["power_limit_w"] for s in section["intervals"]] for section in sections]
+    assert limits[0] == limits[1] and sections[0]["settings"] == sections[1]["settings"]  # every rank decided alike
+    section = sections[0]
+    assert [s["power_limit_w"] for s in section["settings"]] == [300.0, 250.0, 200.0, 150.0]
+    assert section["source"] == "simulated" and section["outcome"]["deadline_met"]
+
+    # each limit held after the sweep is Throttle's choice on the recorded figures and the trace's forecast
+    settings = [GridSetting(f"{s['power_limit_w']:g} W", s["power_limit_w"], s["time_per_sample_s"],
+                            s["energy_per_sample_j"]) for s in section["settings"]]
+    job = GridJob(section["job"]["samples"], section["job"]["deadline_s"], section["job"]["interval_s"])
+    forecast = np.array([float(line.split(",")[1]) for line in UK_TRACE.read_text().splitlines()[1:]])
+    held = [s for s in section["intervals"] if s["phase"] == "throttle"]
+    assert held
+    for segment in held:
+        choice = Throttle(settings, job).decide(segment["interval"], segment["decision"]["done"], forecast)
+        assert segment["power_limit_w"] == settings[choice].power_limit_w, segment
+
+    # each GPU got the limits of the record, in order, and its default back at the end
+    rows = [line.split() for line in (made.directory / st.CALL_LOG).read_text().splitlines()]
+    distinct = [w for i, w in enumerate(limits[0]) if i == 0 or w != limits[0][i - 1]]
+    for gpu in (0, 1):
+        sets = [int(r[3]) / 1000 for r in rows if r[1] == "nvmlDeviceSetPowerManagementLimit" and r[4] == "0"
+                and int(r[2]) == gpu]
+        assert sets[:-1] == distinct and sets[-1] == 300.0
+    with st.locked(made.directory / st.STATE_FILE) as state:
+        assert [state.gpus[i].limit_mw for i in range(state.count)] == [300_000, 300_000]
+    assert not (tmp_path / "state" / "knobs-journal.json").exists()
