@@ -50,6 +50,16 @@ def test_an_evaluation_round_trips_and_a_record_without_one_has_no_key(tmp_path:
     assert RunRecord.load(tmp_path).ranks[0].evaluation == {"loss": 0.52, "samples": 1024}
 
 
+def test_the_bookkeeping_per_step_round_trips_and_a_record_without_it_has_no_key(tmp_path: Path) -> None:
+    record = sample_record()
+    assert "bookkeeping_s_per_step" not in record.to_dict()["ranks"][0]  # records as before it existed
+    record.save(tmp_path / "without")
+    assert RunRecord.load(tmp_path / "without").ranks[0].bookkeeping_s_per_step is None
+    record.ranks[0].bookkeeping_s_per_step = 21e-6
+    record.save(tmp_path / "with")
+    assert RunRecord.load(tmp_path / "with").ranks[0].bookkeeping_s_per_step == 21e-6
+
+
 def test_unknown_schema_and_garbage_are_clear_errors(tmp_path: Path) -> None:
     (tmp_path / "record.json").write_text(json.dumps({"schema": "dtpo.run/999"}))
     with pytest.raises(DtpoError, match="unsupported record schema"):

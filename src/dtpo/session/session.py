@@ -59,6 +59,7 @@ from dtpo.session.checkpoint.checkpoints import Checkpoints
 from dtpo.session.environment import describe_device
 from dtpo.session.lifecycle import agree_on_run_dir
 from dtpo.session.loop.batch_size import count_samples
+from dtpo.session.loop.bookkeeping import BookkeepingCounter
 from dtpo.session.loop.clock import clock_for
 from dtpo.session.loop.divergence import check_loss
 from dtpo.session.loop.mfu import peak_flops
@@ -145,7 +146,7 @@ class Session(StreamProducer):
         rank = RankRecord(self.ctx.rank, self.ctx.local_rank, self.ctx.node, describe_device(self.device),
                           peak_flops=peak.to_dict() if peak else None)
         self._run = StreamRun(self, self.ctx, self.run_dir, run_config, record, rank, callbacks, progress,
-                              summary, settings=lambda: {name: switch.value for name, switch in self.switches.items()})
+                              summary, settings=self._switches.values)
         self.target_steps: int | None = None
         self._model: nn.Module | None = None
         self._started = False
@@ -163,6 +164,8 @@ class Session(StreamProducer):
         self.batch_shares = BatchShares(self.ctx.rank, self.ctx.world_size) if run_config.tune.rebalance else None
         self.start_step = 0  # the step this attempt started at: more than 0 after resuming from a checkpoint
         self.checkpoints = Checkpoints(run_config.checkpoint, self.ctx, self.run_dir, record.attempt)
+        # the CPU time of the Session's own code per measured step (its entry points less the user's work in them)
+        self.bookkeeping = BookkeepingCounter()
 
     @classmethod
     def from_config(cls, config: RunConfig, *, callbacks: Sequence[Callback] = (), **kwargs: Any) -> Session:
@@ -290,7 +293,7 @@ class Session(StreamProducer):
         session = self
 
         def forward(self_: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            precision = session.precision  # read at every call: the precision may change between steps
+            precision = session._switches.precision  # read at every call: it may change between steps
             if precision.autocast_dtype is None:
                 return inner_forward(*args, **kwargs)
             with precision.forward_context():
@@ -357,24 +360,47 @@ class Session(StreamProducer):
             self._dispatch("on_train_start")
             self.checkpoints.restore_callbacks(self)
         iterator = self.checkpoints.iterate(iterable)
-        timer = self.timer
+        # read once per call, not per micro-batch: what the loop below needs of the Session
+        timer, probes, switches, stream = self.timer, self._probes, self._switches, self._run.stream
+        probe_queue = probes.queue
+        bookkeeping = self.bookkeeping  # around each stretch of the Session's own code, on counted steps
+        device = self.device
+        on_host = device.type == "cpu"
+        micro_contexts = True  # a call that starts inside a step: let _enter_micro_step decide
         while target is None or self._step < target:
             first = self._micro == 0
             if first:
-                if self._probes.pending:
-                    yield from self._probes.run()
-                self._dispatch("on_step_begin", self._step)
+                if probe_queue.pending:  # probe passes: the tuner's work, before the step begins
+                    yield from probes.run()
+                step, start = self._step, self.start_step
+                bookkeeping.begin_step(step, warmup=step < start + self.config.warmup_steps)  # enters if counted
+                counting = bookkeeping.counting
+                # no-sync / FLOP counting contexts only with accumulation or on the first step (FLOPs counted)
+                micro_contexts = switches.grad_accum > 1 or step == start
+                stream.dispatch("on_step_begin", step)
+            else:
+                counting = bookkeeping.counting
+                if counting:
+                    bookkeeping.enter()
             timer.batch_requested(first)
+            plain = self.batch_shares is None and switches.grad_accum == switches.loader_batches
+            if counting:
+                bookkeeping.leave()
             try:
-                batch = self._next_micro_batch(iterator)
+                batch = next(iterator) if plain else self._next_micro_batch(iterator)
             except StopIteration:
                 return
-            if self.device.type != "cpu":
-                batch = _to_device(batch, self.device)
-            if self._probes.keep_next:
-                self._probes.keep(batch)
+            if counting:
+                bookkeeping.enter()
+            if not on_host:
+                batch = _to_device(batch, device)
+            if probe_queue.keep_next:
+                probes.keep(batch)
             timer.batch_arrived(count_samples(batch))
-            self._enter_micro_step()
+            if micro_contexts:
+                self._enter_micro_step()
+            if counting:
+                bookkeeping.leave()
             yield batch
             if timer.batch_ready is not None:
                 raise RuntimeError("call session.backward(loss) for every batch from session.batches()")
@@ -384,24 +410,42 @@ class Session(StreamProducer):
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of a micro-batch's loss, scaled by ``1 / grad_accum`` so k micro-batches equal one
         k-times larger batch, and through the gradient scaler for ``16-mixed``."""
-        if self._probes.backward(loss):
+        probes = self._probes
+        if probes.state is not None and probes.backward(loss):  # a probe pass's
             return
-        if self.timer.batch_ready is None:
+        bookkeeping = self.bookkeeping
+        counting = bookkeeping.counting
+        if counting:
+            bookkeeping.enter()
+        timer = self.timer
+        if timer.batch_ready is None:
             raise RuntimeError("session.backward() must follow a batch from session.batches()")
-        last = self._micro == self.grad_accum - 1
-        self.timer.backward_starting()
-        if self.compute_slowdown is not None and isinstance(self.timer.batch_ready, float):
-            self.compute_slowdown.wait(self.timer.batch_ready)
+        switches = self._switches
+        accum = switches.grad_accum
+        last = self._micro == accum - 1
+        timer.backward_starting()
+        if self.compute_slowdown is not None and isinstance(timer.batch_ready, float):
+            self.compute_slowdown.wait(timer.batch_ready)
         try:
-            scaled = loss / self.grad_accum if self.grad_accum > 1 else loss
+            scaled = loss / accum if accum > 1 else loss
             if self.batch_shares is not None:
                 scaled = scaled * self.batch_shares.loss_weight  # DDP's mean over ranks: the global batch's mean
-            self.precision.backward(scaled)
+            if counting:
+                bookkeeping.leave()
+            switches.precision.backward(scaled)
         finally:
-            self._exit_micro_step()
-        self.timer.backward_finished(last)
-        summed = self._loss if self._micro > 0 and self._loss is not None else None
-        self._loss = loss.detach() if summed is None else summed + loss.detach()  # the step's loss: the mean
+            if counting:
+                bookkeeping.enter()
+            if self._sync_ctx is not None or self._flop_mode is not None:
+                self._exit_micro_step()
+        timer.backward_finished(last)
+        if accum == 1:  # read once, at the step's end: no copy (the graph is gone, and the loop holds it till then)
+            self._loss = loss
+        else:  # the step's loss: the mean of its micro-batches'
+            summed = self._loss if self._micro > 0 and self._loss is not None else None
+            self._loss = loss.detach() if summed is None else summed + loss.detach()
+        if counting:
+            bookkeeping.leave()
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:
         """End a micro-step; at the end of an accumulation window, step the optimizer and zero gradients.
@@ -412,24 +456,42 @@ class Session(StreamProducer):
         Raises:
             DivergedError: The loss is NaN or infinite (the run ends with ``status: "diverged"``).
         """
-        if self._probes.step(optimizer, self._model):
+        probes = self._probes
+        if probes.state is not None and probes.step(optimizer, self._model):  # a probe pass's
             return False
-        if not self.timer.backward_done:
+        bookkeeping = self.bookkeeping
+        counting = bookkeeping.counting
+        if counting:
+            bookkeeping.enter()
+        timer = self.timer
+        if not timer.backward_done:
             raise RuntimeError("session.step() must follow session.backward(loss)")
-        self.timer.backward_done = False
-        if self._micro < self.grad_accum - 1:
+        timer.backward_done = False
+        precision = self._switches.precision
+        if self._micro < self._switches.grad_accum - 1:
             self._micro += 1
+            if counting:
+                bookkeeping.leave()
             return False
-        if self.config.max_grad_norm is not None:
-            self.precision.unscale(optimizer)
+        if counting:
+            bookkeeping.leave()
+        max_grad_norm = self.config.max_grad_norm
+        if max_grad_norm is not None:
+            precision.unscale(optimizer)
             assert self._model is not None
-            torch.nn.utils.clip_grad_norm_(self._model.parameters(), self.config.max_grad_norm)
-        self.precision.optimizer_step(optimizer)
+            torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_grad_norm)
+        precision.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
-        end = self._clock.mark()
-        self._clock.settle()
+        clock = self._clock
+        end = clock.mark()
+        clock.settle()  # the wait for the device: the step's work, not bookkeeping
+        if counting:
+            bookkeeping.enter()
         self._close_step(end)
         self.checkpoints.after_step(self)
+        if counting:
+            bookkeeping.leave()
+            bookkeeping.step_done()
         return True
 
     def close_window(self) -> None:
@@ -458,7 +520,9 @@ class Session(StreamProducer):
         except Exception as exc:  # a checkpoint that could not be completed must not cost the record
             log.warning("the last checkpoint could not be completed: %s", exc)
         self.close_window()
-        self.lifecycle.rank.switches = list(self.switch_log)
+        rank = self.lifecycle.rank
+        rank.switches = list(self.switch_log)
+        rank.bookkeeping_s_per_step = self.bookkeeping.seconds_per_step
         return self._run.finish(error)
 
     def __enter__(self) -> Session:
@@ -487,8 +551,8 @@ class Session(StreamProducer):
 
     def _enter_micro_step(self) -> None:
         """Turn off gradient sync on all but the last micro-step; count FLOPs on the first step."""
-        accum = self.grad_accum
-        counting = self.config.count_flops and self._step == self.start_step
+        accum = self._switches.grad_accum
+        counting = self._step == self.start_step and self.config.count_flops
         if accum == 1 and not counting:
             return
         stack = contextlib.ExitStack()
@@ -513,18 +577,22 @@ class Session(StreamProducer):
             self._flop_mode = None
 
     def _close_step(self, end: Any) -> None:
-        loss = float(self._loss.float().item()) / self.grad_accum if self._loss is not None else None
-        self._loss = None
-        step = self._step
-        record = self.timer.close(step, step < self.start_step + self.config.warmup_steps, end, loss)
-        rank = self.lifecycle.rank
+        summed, self._loss = self._loss, None
+        loss: float | None = None
+        if summed is not None:  # a float32 loss reads as it is; another dtype through float32, as it always did
+            loss = (summed.item() if summed.dtype == torch.float32 else float(summed.float().item())) \
+                / self._switches.grad_accum
+        step, start, config = self._step, self.start_step, self.config
+        record = self.timer.close(step, step < start + config.warmup_steps, end, loss)
+        run = self._run
+        rank = run.lifecycle.rank
         rank.steps.append(record)
-        if step == self.start_step and self.config.count_flops:
+        if step == start and config.count_flops:
             rank.flops_per_step = float(self._flops)
-        self._step += 1
+        self._step = step + 1
         self._micro = 0
-        check_loss(loss, step, self.rank)
-        self._run.stream.step_end(record)
+        check_loss(loss, step, self.ctx.rank)
+        run.stream.step_end(record)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

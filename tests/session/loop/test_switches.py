@@ -75,3 +75,14 @@ def test_state_round_trips_through_the_set_methods_without_announcing(caplog: py
     assert (restored.grad_accum, restored.loader_batches, restored.precision.name) == (4, 2, "bf16-mixed")
     assert restored.log == saved.log and restored.log is not saved.log
     assert not caplog.records and restored.announce
+
+
+def test_the_values_a_window_records_are_those_of_the_current_switches() -> None:
+    switches = _switches(comm=True, grad_accum=2)
+    assert switches.values() == {name: switch.value for name, switch in switches.current().items()}
+    switches.set_precision("bf16-mixed", 1)
+    switches.set_grad_accum(3, 1)
+    switches.set_compression("fp16", 1)
+    assert switches.values() == {"precision": "bf16-mixed", "grad_accum": 3, "compression": "fp16"}
+    assert list(switches.values()) == list(switches.current())
+    assert _switches().values()["compression"] == "none"  # no DDP communication: nothing compressed

@@ -49,20 +49,19 @@ class EnergyCallback(Callback):
 
     def on_step_begin(self, session: RunView, step: int) -> None:
         """Open the run window at the start of the first measured step."""
-        if step == getattr(session, "start_step", 0) + self.warmup_steps and not self._open and self._run is None:
+        if not self._open and self._run is None and step == getattr(session, "start_step", 0) + self.warmup_steps:
             snap = self.monitor.snapshot()
             self.monitor.begin_window(RUN_WINDOW, at=snap)
-            self.monitor.begin_window(CURRENT_WINDOW, at=snap)
-            self._boundary = snap
+            self._boundary = snap  # where the current window starts (measured from it, not opened in the monitor)
             self._open = True
 
     def on_window_end(self, session: RunView, window: Window) -> None:
         """Fill the window's energy and open the next window at the same instant."""
         if not self._open:
             return
-        snap = self.monitor.snapshot()
-        measured = self.monitor.end_window(CURRENT_WINDOW, at=snap)
-        self.monitor.begin_window(CURRENT_WINDOW, at=snap)
+        start, snap = self._boundary, self.monitor.snapshot()
+        assert start is not None  # set when the run window opened
+        measured = self.monitor.measure(CURRENT_WINDOW, start, snap)
         self._boundary = snap
         window.energy_j = dict(measured.energy_j)
         window.sources = dict(measured.sources)
@@ -92,7 +91,6 @@ class EnergyCallback(Callback):
             return
         self._closed = True
         if self._open:
-            self.monitor.end_window(CURRENT_WINDOW, at=self._boundary)
             self._run = self.monitor.end_window(RUN_WINDOW, at=self._boundary)
             self._open = False
         self.monitor.close()

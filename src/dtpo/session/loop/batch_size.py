@@ -12,9 +12,13 @@ _TOKEN_KEYS = ("input_ids", "tokens", "input_tokens")
 
 def count_samples(batch: Any, default: int = 1) -> int:
     """The leading dimension of the first tensor in a batch (``default`` when it holds none)."""
-    first = batch[0] if isinstance(batch, tuple | list) and batch else batch
-    if isinstance(first, torch.Tensor) and first.dim() > 0:  # the common (inputs, targets) case, without pytree
-        return int(first.shape[0])
+    # the common (inputs, targets) case without pytree, at every micro-batch: a tuple of types (a union would be
+    # made at each call) and the shape read once (a torch.Size is a tuple: no more tensor calls)
+    first = batch[0] if isinstance(batch, (tuple, list)) and batch else batch  # noqa: UP038
+    if isinstance(first, torch.Tensor):
+        shape = first.shape
+        if shape:
+            return int(shape[0])
     for leaf in tree_leaves(batch):
         if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
             return int(leaf.shape[0])

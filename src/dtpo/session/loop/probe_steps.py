@@ -33,7 +33,9 @@ class ProbeSteps:
     def __init__(self, switches: Switches) -> None:
         self.switches = switches
         self.queue = ProbeQueue()
-        self._state: str | None = None  # "batch", then "backward", while a probe pass is in the loop
+        # "batch", then "backward", while a probe pass is in the loop; None outside one (what the Session checks
+        # before asking :meth:`backward` and :meth:`step`)
+        self.state: str | None = None
         self._loss: torch.Tensor | None = None
 
     @property
@@ -78,9 +80,9 @@ class ProbeSteps:
                     done, retries = 0, 0
                     while done < request.passes:
                         queue.pass_started()
-                        self._state = "batch"
+                        self.state = "batch"
                         yield queue.batch
-                        if self._state is not None:
+                        if self.state is not None:
                             raise RuntimeError("call session.backward(loss) and session.step(optimizer) for every "
                                                "batch from session.batches()")
                         if queue.retry and retries < MAX_SCALE_RETRIES:
@@ -88,21 +90,21 @@ class ProbeSteps:
                             continue
                         done += 1
                 finally:
-                    self._state = None
+                    self.state = None
             request.done(queue.finish())
 
     def backward(self, loss: torch.Tensor) -> bool:
         """The backward of a probe pass, unscaled by accumulation; ``False`` (nothing done) outside one."""
-        if self._state != "batch":
+        if self.state != "batch":
             return False
-        self._state = "backward"
+        self.state = "backward"
         self.switches.precision.backward(loss)
         self._loss = loss.detach()
         return True
 
     def step(self, optimizer: torch.optim.Optimizer, model: nn.Module | None) -> bool:
         """The end of a probe pass: take the gradient, update nothing; ``False`` (nothing done) outside one."""
-        if self._state != "backward":
+        if self.state != "backward":
             return False
         assert model is not None
         scaler = self.switches.precision.scaler
@@ -114,5 +116,5 @@ class ProbeSteps:
             self.queue.retry = True
         optimizer.zero_grad(set_to_none=True)
         self._loss = None
-        self._state = None
+        self.state = None
         return True

@@ -88,6 +88,13 @@ class Switches:
                                   changes_numerics(compression)),
         }
 
+    def values(self) -> dict[str, Any]:
+        """The settings in force by name, as :meth:`current` gives them but without the rest (what every window
+        records: read at each window's end, so no :class:`Switch` is made for it)."""
+        comm = self.comm
+        return {"precision": self.precision.name, "grad_accum": self.grad_accum,
+                "compression": comm.compression if comm is not None else "none"}
+
     def set_precision(self, name: str, step: int) -> None:
         """Train in precision ``name`` from optimizer step ``step`` on (a new gradient scaler for ``16-mixed``)."""
         if name == self.precision.name:

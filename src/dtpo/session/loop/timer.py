@@ -67,8 +67,8 @@ class StepTimer:
 
     def batch_arrived(self, samples: int) -> None:
         """Mark the micro-batch in hand."""
-        self.batch_ready = self.clock.mark()
-        self.data_marks.append((self._requested, self.batch_ready))
+        self.batch_ready = ready = self.clock.mark()
+        self.data_marks.append((self._requested, ready))
         self.samples += samples
 
     def backward_starting(self) -> None:
@@ -92,15 +92,19 @@ class StepTimer:
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
         secs = self.clock.seconds
-        data = sum(secs(a, b) for a, b in self.data_marks)
-        compute = sum(secs(a, b) for a, b in self.compute_marks)
-        tail: float | None = secs(*self.tail_marks) if self.tail_marks else 0.0
-        if self.distributed and not self.tail_measured:
+        data = compute = 0  # summed in mark order as sum() would, without a generator (this runs every step)
+        for requested, arrived in self.data_marks:
+            data += secs(requested, arrived)
+        for ready, computed in self.compute_marks:
+            compute += secs(ready, computed)
+        tail_marks, distributed = self.tail_marks, self.distributed
+        tail: float | None = secs(*tail_marks) if tail_marks else 0.0
+        if distributed and not self.tail_measured:
             tail = None
+        alone = None if distributed else 0.0  # with one process comm and sync wait are 0
         record = StepRecord(
             step=step, warmup=warmup, samples=self.samples, step_s=secs(self.step_start, end), data_wait_s=data,
             compute_s=compute, tail_s=tail, optimizer_s=secs(self.backward_end, end), loss=loss,
-            started_at=self.started_at,
-            comm_exposed_s=None if self.distributed else 0.0, sync_wait_s=None if self.distributed else 0.0)
+            started_at=self.started_at, comm_exposed_s=alone, sync_wait_s=alone)
         self.reset()
         return record
