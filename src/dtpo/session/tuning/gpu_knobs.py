@@ -5,13 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+import torch
+import torch.distributed as dist
+
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import KnobConfig
 from dtpo.core.record import RankRecord
 from dtpo.core.record_sections import KnobSection
 from dtpo.core.steps import RunView
 from dtpo.core.tuner_status import ClockLock
-from dtpo.devices.base import Device, DeviceError, KnobError
+from dtpo.devices.base import Device, DeviceError, KnobError, KnobLimits
 from dtpo.devices.knobs import KnobController, log_knob_action
 
 
@@ -126,3 +129,16 @@ class KnobCallback(Callback):
         if self.controller is not None:
             self.controller.__exit__(None, None, None)
             self.controller = None
+
+
+def ranks_agree_on_limits(session: RunView, limits: KnobLimits | None) -> bool:
+    """Whether every rank has GPU knobs with the same power-limit range (one all-reduce pair when distributed):
+    ranks that choose limits must choose among the same candidates to reach the same decisions."""
+    mine = [1.0, limits.min_power_limit_w, limits.max_power_limit_w] if limits is not None else [0.0, 0.0, 0.0]
+    if not session.ctx.distributed:
+        return bool(mine[0])
+    low = torch.tensor(mine, dtype=torch.float64, device=session.ctx.collective_device)
+    high = low.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN, group=session.ctx.group)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX, group=session.ctx.group)
+    return bool(low[0].item() == 1.0 and torch.equal(low, high))

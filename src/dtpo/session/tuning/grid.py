@@ -48,6 +48,7 @@ from dtpo.core.tuner_status import ClockLock, TunerState
 from dtpo.devices.base import Device, DeviceError, KnobError, KnobLimits
 from dtpo.devices.knobs import KnobController, log_knob_action
 from dtpo.energy.grid_signal import GridSignal, load_grid_signals
+from dtpo.session.tuning.gpu_knobs import ranks_agree_on_limits
 from dtpo.tune.cost import JOULES_PER_KWH
 from dtpo.tune.grid_policy import GridJob, GridSetting, Throttle, blind_plan, replay
 
@@ -191,7 +192,7 @@ class GridCallback(Callback):
         assert self.config.signal is not None
         self.actual, self.forecast, self.decided_on = decision_signals(Path(self.config.signal))
         limits = self.gpus[0].knob_limits() if self.gpus else None
-        if not _ranks_agree(session, limits) or limits is None:
+        if not ranks_agree_on_limits(session, limits) or limits is None:
             self._off(session, "not every rank has a GPU with power knobs (the same range on all): the limits were "
                       "not changed (`dtpo simulate grid` schedules simulated GPUs)")
             return
@@ -471,13 +472,3 @@ def _shared_min(session: RunView, value: float) -> float:
     return float(tensor.item())
 
 
-def _ranks_agree(session: RunView, limits: KnobLimits | None) -> bool:
-    """Whether every rank has GPU knobs with the same power-limit range (one all-reduce pair when distributed)."""
-    mine = [1.0, limits.min_power_limit_w, limits.max_power_limit_w] if limits is not None else [0.0, 0.0, 0.0]
-    if not session.ctx.distributed:
-        return bool(mine[0])
-    low = torch.tensor(mine, dtype=torch.float64, device=session.ctx.collective_device)
-    high = low.clone()
-    dist.all_reduce(low, op=dist.ReduceOp.MIN, group=session.ctx.group)
-    dist.all_reduce(high, op=dist.ReduceOp.MAX, group=session.ctx.group)
-    return bool(low[0].item() == 1.0 and torch.equal(low, high))

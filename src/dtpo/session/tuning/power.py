@@ -33,9 +33,10 @@ from dtpo.core.record import RankRecord, StepRecord
 from dtpo.core.record_sections import PowerTuning
 from dtpo.core.steps import RunView
 from dtpo.core.tuner_status import ClockLock, TunerState
-from dtpo.devices.base import Device, KnobError, KnobLimits
+from dtpo.devices.base import Device, KnobError
 from dtpo.devices.knobs import KnobController, log_knob_action
 from dtpo.devices.physics.power_specs import match_power_spec
+from dtpo.session.tuning.gpu_knobs import ranks_agree_on_limits
 from dtpo.tune.cost import CostContext, parse_cost
 from dtpo.tune.knob import apply_setting, make_knobs
 from dtpo.tune.prior import model_guess, within_limits
@@ -87,7 +88,7 @@ class TuneCallback(Callback):
     def on_train_start(self, session: RunView) -> None:
         """Build the tuner from the GPUs' knob ranges and put them at the default setting."""
         limits = self.gpus[0].knob_limits() if self.gpus else None
-        if not self._ranks_agree(session, limits):
+        if not ranks_agree_on_limits(session, limits):
             self.gpus = []  # every rank tunes, or none: the block all-reduces need them all
         if not self.gpus or limits is None:
             if session.rank == 0:
@@ -107,19 +108,6 @@ class TuneCallback(Callback):
         self._apply(default, current)
         if self.controller.mode != "apply":
             self._to_model_mode()
-
-    @staticmethod
-    def _ranks_agree(session: RunView, limits: KnobLimits | None) -> bool:
-        """Whether every rank has GPU knobs with the same power-limit range (one all-reduce pair when distributed):
-        ranks must search the same candidates to reach the same decisions."""
-        mine = [1.0, limits.min_power_limit_w, limits.max_power_limit_w] if limits is not None else [0.0, 0.0, 0.0]
-        if not session.ctx.distributed:
-            return bool(mine[0])
-        low = torch.tensor(mine, dtype=torch.float64, device=session.ctx.collective_device)
-        high = low.clone()
-        dist.all_reduce(low, op=dist.ReduceOp.MIN, group=session.ctx.group)
-        dist.all_reduce(high, op=dist.ReduceOp.MAX, group=session.ctx.group)
-        return bool(low[0].item() == 1.0 and torch.equal(low, high))
 
     def _apply(self, setting: GpuSetting, previous: GpuSetting | None) -> None:
         assert self.controller is not None
