@@ -88,6 +88,10 @@ SIMULATE_FLAGS = {"--gpu", "--workload", "-w", "--batch-size", "--gpus", "--step
 PLAN_FLAGS = {"--from-run", "--from-bench", "--gpu", "--gpu-counts", "--gpus-per-node", "--intra-link", "--inter-link",
               "--nics-per-node", "--grad-accum", "--compare-link", "--deadline", "--budget", "--plot", "--json",
               "--run-dir", "--store"}
+# Added since: the grid schedule (also in the earlier spelling, as the issue spelled it) and the power phases (a
+# mode of their own only).
+GRID_FLAGS = {"--grid-signal", "--grid-policy", "--deadline", "--job-hours", "--start", "--resume-s"}
+PHASES_FLAGS = {"--comm-power", "--comm-share", "--power-floor", "--sample-hz"}
 
 
 def _flags(command: object) -> set[str]:
@@ -100,12 +104,13 @@ def test_the_surface_of_simulate_and_plan_is_frozen() -> None:
 
     cli = build_cli()
     simulate, plan = cli.commands["simulate"], cli.commands["plan"]
-    assert _flags(simulate) == SIMULATE_FLAGS  # the earlier spelling, hidden from --help
+    assert _flags(simulate) == SIMULATE_FLAGS | GRID_FLAGS  # the earlier spelling, hidden from --help
     assert all(p.hidden for p in simulate.params if p.name != "help")
-    assert set(simulate.commands) == {"run", "sweep", "tune", "stragglers", "list"}
+    assert set(simulate.commands) == {"run", "sweep", "tune", "stragglers", "list", "phases", "grid"}
     assert _flags(plan) == PLAN_FLAGS and [p.name for p in plan.params if not p.opts[0].startswith("-")] == [
         "scenario"]
     modes = {name: _flags(command) for name, command in simulate.commands.items()}
     assert modes["list"] == {"--gpu", "--batch-size", "--trace"}
     assert "--cost" in modes["tune"] and "--cost" not in modes["stragglers"] and "--sweep" not in modes["sweep"]
-    assert set().union(*modes.values()) == SIMULATE_FLAGS - {"--sweep", "--tune", "--list"}
+    every = SIMULATE_FLAGS | GRID_FLAGS | PHASES_FLAGS
+    assert set().union(*modes.values()) == every - {"--sweep", "--tune", "--list"}
