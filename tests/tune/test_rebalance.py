@@ -191,3 +191,17 @@ def test_a_line_through_one_point_bounds_what_counts_as_the_same_speed() -> None
     rebalancer.points[0] = {32: (1.0, 0.0)}
     rebalancer._add_point(0, 2.0, 0.0)  # 40 samples cannot take twice the time of 32: it slowed down
     assert rebalancer.points[0] == {40: (2.0, 0.0)}
+
+
+def test_a_change_names_the_slow_rank_even_before_the_fast_one_settled() -> None:
+    # rank 0's windows disagree (a loaded machine), rank 1's agree: the change the settled rank justifies names it
+    rebalancer = Rebalancer(256, 2)
+    noisy = iter([0.8, 1.25, 0.9, 1.2, 0.85, 1.1])
+    decisions = []
+    for _ in range(6):
+        speeds = window(rebalancer, [1e-3, 4e-3])
+        speeds[0] = RankSpeed(speeds[0].ready_s * next(noisy), speeds[0].share, 0.01, 20)
+        decisions.append(rebalancer.decide(speeds))
+    changed = [d for d in decisions if d.changed]
+    assert changed and rebalancer.lines()[0] is None  # rank 0 never settled
+    assert changed[0].slow_ranks == (1,)

@@ -262,7 +262,7 @@ class Rebalancer:
         self.shares = proposed
         self.changes += 1
         self.history = []  # the next decision waits for windows at the new shares
-        return RebalanceDecision(proposed, True, self._slow_ranks(), gain, recommendation)
+        return RebalanceDecision(proposed, True, self._slow_ranks(per_sample), gain, recommendation)
 
     def _hold(self, recommendation: str | None) -> RebalanceDecision:
         return RebalanceDecision(self.shares, False, self._slow_ranks(), recommendation=recommendation)
@@ -294,9 +294,11 @@ class Rebalancer:
                 others = {}
         self.points[rank] = {**others, share: (mean, mean * error)}
 
-    def _slow_ranks(self) -> tuple[int, ...]:
-        """Ranks whose fitted time per sample is above the median's by more than twice the band."""
-        per_sample = [line[1] if line is not None else None for line in self.lines()]
+    def _slow_ranks(self, per_sample: Sequence[float | None] | None = None) -> tuple[int, ...]:
+        """Ranks whose time per sample is above the median's by more than twice the band: the fitted ones (default),
+        or ``per_sample`` as a decision used them (an unsettled rank counted as the typical one)."""
+        if per_sample is None:
+            per_sample = [line[1] if line is not None else None for line in self.lines()]
         known = [t for t in per_sample if t is not None]
         if not known:
             return ()
