@@ -10,8 +10,8 @@ One tree, nested keyword-only dataclasses::
       tune      TuneConfig       GPU knob tuned while training, the cost metric, saved profiles
       launch    LaunchConfig     local workers, threads per worker, run directory, restarts
       telemetry TelemetryConfig  run store, live metrics, traces, report
-      checkpoint CheckpointConfig checkpoints (torch.distributed.checkpoint) and resuming from them
-      grid      GridConfig       a grid signal (carbon intensity or price over time) the power limit follows
+      checkpoint CheckpointConfig checkpoints and resuming from them (:mod:`dtpo.core.checkpoint_config`)
+      grid      GridConfig       a grid signal the power limit follows (:mod:`dtpo.core.grid_config`)
 
 Every field carries its documentation as a string right under it (read by :func:`field_docs`, so the CLI's
 help and this file cannot disagree) and, where it is a command-line flag, the flag's name in its metadata
@@ -32,10 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from dtpo.core.checkpoint_config import CheckpointConfig
 from dtpo.core.config_section import ConfigField, Section, Tree, flag, tree_fields
 from dtpo.core.config_section import field_docs as field_docs  # re-exported: the sections' documentation
 from dtpo.core.errors import ConfigError
 from dtpo.core.frameworks import FRAMEWORKS
+from dtpo.core.grid_config import GridConfig
 from dtpo.core.power_smoothing import SmoothingRequest, parse_power_smoothing
 from dtpo.core.record import write_json_atomic
 
@@ -52,11 +54,6 @@ REBALANCE_BOTH = "rebalance,stragglers"  # uneven batches for what persists, slo
 # stragglers: each waiting rank slows its own GPU; rebalance: each rank's share of the global batch follows its speed
 TUNE_CHOICES: tuple[str, ...] = (*TUNE_KNOBS, "stragglers", "rebalance", REBALANCE_BOTH)
 JOB_KNOBS: tuple[str, ...] = ("precision", "grad-accum", "compression")  # job knobs, tuned in this order
-ON_ERROR_STOP = "stop"
-CHECKPOINT_ERROR_ACTIONS: tuple[str, ...] = ("warn", ON_ERROR_STOP)  # what a checkpoint that cannot be written does
-GRID_RUN_POLICIES: tuple[str, ...] = ("throttle", "pause")  # --grid-policy of dtpo train (pause: simulate-only)
-MAX_DEADLINE_H = 24 * 366.0
-MAX_GRID_REPLAY = 1e6
 
 MAX_STEPS = 10**9
 MAX_BATCH_SIZE = 2**20
@@ -72,7 +69,6 @@ STALL_FLOOR_S = 300.0
 """... and never before this many seconds."""
 MIN_STALL_FLOOR_S = 3.0
 """The shortest floor: a rank's heartbeat must be able to miss a few beats before it counts as stopped."""
-_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 @dataclass(kw_only=True)
@@ -391,125 +387,6 @@ class TelemetryConfig(Section):
             parse_metrics_addr(self.metrics_addr)
         self._bool("trace")
         self._bool("report")
-
-
-@dataclass(kw_only=True)
-class CheckpointConfig(Section):
-    """Checkpoints through torch.distributed.checkpoint, and resuming from them (see dtpo.session.checkpoint)."""
-
-    SECTION: ClassVar[str] = "checkpoint"
-
-    every: str | None = field(default=None, metadata=flag("--checkpoint-every"))
-    """Save a checkpoint every N optimizer steps (e.g. 100) or every duration (90s, 10m, 2h): model, optimizer,
-    gradient scaler, data position, RNG states and dtpo's own state; default: no checkpoints."""
-    dir: str | None = field(default=None, metadata=flag("--checkpoint-dir"))
-    """Directory of the checkpoints (default: RUN_DIR/checkpoints)."""
-    keep: int = field(default=2, metadata=flag("--checkpoint-keep"))
-    """Complete checkpoints kept; older ones are removed once a newer one is complete."""
-    async_save: bool = field(default=False, metadata=flag("--checkpoint-async"))
-    """Write checkpoints in the background (torch.distributed.checkpoint.async_save): training waits only while
-    the state is copied."""
-    on_error: str = field(default="warn", metadata=flag("--on-checkpoint-error"))
-    """What a checkpoint that cannot be written (a full disk) does: warn (its partial folder is removed, the
-    previous complete checkpoint stays the newest, training goes on) or stop (the run ends with one line)."""
-    resume: str | None = field(default=None, metadata=flag("--resume"))
-    """Resume from a checkpoint: latest (the newest complete one in --checkpoint-dir), a checkpoint folder
-    (.../step-000120) or a directory of them (its newest complete one). Restarted workers (--max-restarts)
-    resume from the newest complete checkpoint by themselves."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.every, int) and not isinstance(self.every, bool):
-            self.every = str(self.every)  # a TOML or JSON number of steps
-        self._check_type("every", str, True)
-        if self.every is not None:
-            self.every = self.every.strip()
-            if parse_every(self.every) is None:
-                raise self._fail("every", f"must be a number of steps (100) or a duration (90s, 10m, 2h), "
-                                          f"got {self.every!r}")
-        self._check_type("dir", str, True)
-        if self.dir is not None and not self.dir.strip():
-            raise self._fail("dir", "must name a directory, got an empty string")
-        self._int("keep", 1, 10_000)
-        self._bool("async_save")
-        self._choice("on_error", CHECKPOINT_ERROR_ACTIONS)
-        if self.resume is True:  # type: ignore[comparison-overlap]  # resume = true in a TOML file
-            self.resume = "latest"
-        self._check_type("resume", str, True)
-        if self.resume is not None and not self.resume.strip():
-            raise self._fail("resume", "must be latest or a checkpoint path, got an empty string")
-
-    @property
-    def interval(self) -> tuple[int | None, float | None]:
-        """``(steps, None)`` or ``(None, seconds)`` between checkpoints; ``(None, None)`` without checkpoints."""
-        parsed = parse_every(self.every) if self.every is not None else None
-        return parsed if parsed is not None else (None, None)
-
-    @property
-    def enabled(self) -> bool:
-        """Whether checkpoints are in use: saved every so often, resumed from, or given a directory (for saves
-        the script asks for, ``Session.save_checkpoint``)."""
-        return self.every is not None or self.resume is not None or self.dir is not None
-
-
-@dataclass(kw_only=True)
-class GridConfig(Section):
-    """Scheduling the run against a grid signal: in each of the signal's intervals the GPUs hold the power limit a
-    policy chooses from the run's own measurements (see ``dtpo.session.tuning.grid``)."""
-
-    SECTION: ClassVar[str] = "grid"
-
-    signal: str | None = field(default=None, metadata=flag("--grid-signal"))
-    """Carbon-intensity or price trace (a time,value CSV, WattTime v3, Electricity Maps v3 or UK carbon-intensity
-    JSON) the GPUs' power limit follows, by --deadline; default: signal-blind."""
-    policy: str = field(default="throttle", metadata=flag("--grid-policy"))
-    """throttle: in each signal interval, the measured power limit of least signal x energy that still finishes
-    by --deadline (pause is `dtpo simulate grid` only for now)."""
-    deadline_h: float | None = field(default=None, metadata=flag("--deadline"))
-    """With --grid-signal: hours from the start (in the signal's time) by which the run must finish."""
-    replay: float | None = field(default=None, metadata=flag("--grid-replay"))
-    """With --grid-signal: replay the signal from its first interval, SPEEDUP signal seconds per wall second
-    (a short demonstration or test), instead of following the clock."""
-
-    def __post_init__(self) -> None:
-        self._check_type("signal", str, True)
-        if self.signal is not None and not self.signal.strip():
-            raise self._fail("signal", "must name a file, got an empty string")
-        self._choice("policy", GRID_RUN_POLICIES)
-        self._float("deadline_h", positive=True, maximum=MAX_DEADLINE_H, optional=True)
-        self._float("replay", positive=True, maximum=MAX_GRID_REPLAY, optional=True)
-        if self.signal is None:
-            given = [name for name, value in (("--deadline", self.deadline_h), ("--grid-replay", self.replay),
-                                              ("--grid-policy", None if self.policy == "throttle" else self.policy))
-                     if value is not None]
-            if given:
-                raise ConfigError(f"{given[0]} schedules the run against a grid signal: add --grid-signal FILE")
-            return
-        if self.deadline_h is None:
-            raise self._fail("deadline_h", "is needed with --grid-signal: the hours by which the run must finish")
-        if self.policy == "pause":
-            raise ConfigError("--grid-policy pause is simulate-only for now (`dtpo simulate grid --grid-policy "
-                              "pause`): a real run cannot yet stop and resume as one run; use --grid-policy throttle")
-
-    @property
-    def enabled(self) -> bool:
-        """Whether the run follows a grid signal."""
-        return self.signal is not None
-
-
-def parse_every(text: str) -> tuple[int | None, float | None] | None:
-    """``"100"`` as ``(100, None)`` (steps), ``"90s"``/``"10m"``/``"1.5h"`` as ``(None, seconds)``; ``None`` when
-    it is neither (or not positive)."""
-    text = text.strip().lower()
-    if text.isdigit():
-        return (int(text), None) if 0 < int(text) <= MAX_STEPS else None
-    number, unit = text[:-1], text[-1:]
-    if unit not in _DURATION_UNITS:
-        return None
-    try:
-        seconds = float(number) * _DURATION_UNITS[unit]
-    except ValueError:
-        return None
-    return (None, seconds) if math.isfinite(seconds) and 0 < seconds <= 365 * 24 * 3600 else None
 
 
 def parse_metrics_addr(text: str) -> tuple[str, int]:

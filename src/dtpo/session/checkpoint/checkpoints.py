@@ -52,7 +52,7 @@ from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.stateful import Stateful
 
-from dtpo.core.config import ON_ERROR_STOP, CheckpointConfig
+from dtpo.core.checkpoint_config import ON_ERROR_STOP, CheckpointConfig
 from dtpo.core.errors import ConfigError, DtpoError, first_line
 from dtpo.core.record import write_json_atomic
 from dtpo.core.steps import RunView

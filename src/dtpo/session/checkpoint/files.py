@@ -16,7 +16,7 @@ import re
 import shutil
 from pathlib import Path
 
-from dtpo.core.config import CheckpointConfig
+from dtpo.core.checkpoint_config import CheckpointConfig
 from dtpo.core.errors import ConfigError
 from dtpo.core.files import is_writable_dir
 

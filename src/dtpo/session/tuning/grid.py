@@ -40,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from dtpo.core.callbacks import Callback
-from dtpo.core.config import GridConfig
+from dtpo.core.grid_config import GridConfig
 from dtpo.core.record import RankRecord, StepRecord
 from dtpo.core.record_sections import GridSection
 from dtpo.core.steps import RunView, Window
