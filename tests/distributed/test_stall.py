@@ -124,7 +124,7 @@ def test_the_watch_follows_the_newest_attempt(tmp_path: Path) -> None:
 
 def test_a_watch_that_is_off_starts_no_thread(tmp_path: Path) -> None:
     with StallWatch(tmp_path, StallPolicy(factor=0.0)) as watch:
-        assert watch._thread is None
+        assert not watch.running
 
 
 def test_ranks_waiting_for_a_lost_node_name_that_node() -> None:

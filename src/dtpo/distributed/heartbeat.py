@@ -19,12 +19,13 @@ import logging
 import os
 import socket
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from dtpo.distributed.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -126,14 +127,12 @@ class HeartbeatWriter:
         self.finished = False
         self._recent: list[float] = []  # a ring of recent step times (read by the beating thread)
         self._next = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._beating = Periodic("dtpo-heartbeat", interval_s, self.beat, wait_first=True)
 
     def start(self) -> None:
         """Write the first beat now and keep beating in a daemon thread."""
         self.beat()
-        self._thread = threading.Thread(target=self._run, name="dtpo-heartbeat", daemon=True)
-        self._thread.start()
+        self._beating.start()
 
     def step_begun(self, step: int) -> None:
         """Step ``step`` began."""
@@ -151,9 +150,7 @@ class HeartbeatWriter:
     def stop(self) -> None:
         """Training stopped on this rank: one last beat says so, and the thread ends."""
         self.finished = True
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2 * self.interval_s)
+        self._beating.stop(timeout_s=2 * self.interval_s)
         self.beat()
 
     def current(self) -> Beat:
@@ -173,7 +170,3 @@ class HeartbeatWriter:
             os.replace(tmp, path)
         except OSError as exc:  # the launcher's directory went away: it no longer watches
             log.debug("heartbeat of rank %d not written: %s", self.rank, exc)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.beat()

@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dtpo.distributed.periodic import Periodic
+
 log = logging.getLogger(__name__)
 
 NODE_BEAT_INTERVAL_S = 1.0
@@ -74,20 +76,13 @@ class NodeBeats:
         self._seen: dict[str, tuple[int, float]] = {}  # member -> (its counter, when it last moved)
         self._answered_at: float | None = None  # when the store last answered (None: never yet)
         self._lock = threading.Lock()
-        self._armed = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._beating = Periodic("dtpo-node-beats", interval_s, self.beat)
 
     def __enter__(self) -> NodeBeats:
-        self._thread = threading.Thread(target=self._run, name="dtpo-node-beats", daemon=True)
-        self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._armed.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2 * _STORE_TIMEOUT_S + self.interval_s)
+        self._beating.stop(timeout_s=2 * _STORE_TIMEOUT_S + self.interval_s)
 
     def beat(self) -> None:
         """Beat once and read the others' beats (a failure only leaves the store unanswered)."""
@@ -125,10 +120,5 @@ class NodeBeats:
     def arm(self) -> None:
         """Start beating: the workers run, so the rendezvous store is up (before it, connecting would only fill
         the terminal with c10d's connection warnings)."""
-        self._armed.set()
-
-    def _run(self) -> None:
-        self._armed.wait()
-        while not self._stop.is_set():
-            self.beat()
-            self._stop.wait(self.interval_s)
+        if not self._beating.running:
+            self._beating.start()

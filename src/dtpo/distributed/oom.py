@@ -21,10 +21,11 @@ import logging
 import os
 import re
 import signal
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from dtpo.distributed.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -228,8 +229,7 @@ class MemoryWatch:
     def __init__(self, interval_s: float = _POLL_S) -> None:
         self.interval_s = interval_s
         self.seen: dict[int, tuple[Path, int]] = {}  # pid: (memory cgroup, its OOM-kill count when first seen there)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._looking = Periodic("dtpo-memory-watch", interval_s, self._look)
 
     def poll(self) -> None:
         """Look once: note every child's cgroup, and its count where the child is new or has moved."""
@@ -254,24 +254,19 @@ class MemoryWatch:
     def __enter__(self) -> MemoryWatch:
         global _last_watch
         _last_watch = self
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="dtpo-memory-watch", daemon=True)
-        self._thread.start()
+        self._looking.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._looking.stop()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll()
-            except Exception as exc:  # noqa: BLE001 - a watch that cannot look must not end the launch
-                log.debug("memory watch: %s", exc)
-                return
-            self._stop.wait(self.interval_s)
+    def _look(self) -> bool:
+        try:
+            self.poll()
+        except Exception as exc:  # noqa: BLE001 - a watch that cannot look must not end the launch
+            log.debug("memory watch: %s", exc)
+            return False  # nor look again
+        return True
 
 
 _last_watch: MemoryWatch | None = None

@@ -30,7 +30,6 @@ import math
 import os
 import signal
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from dtpo.core.config import MIN_STALL_FLOOR_S, STALL_FACTOR, STALL_FLOOR_S
 from dtpo.core.errors import LaunchError
 from dtpo.distributed.heartbeat import BEAT_INTERVAL_S, Beat, read_beats
 from dtpo.distributed.node_beats import NodeBeats, SilentNode
+from dtpo.distributed.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -189,23 +189,22 @@ class StallWatch:
         self.clock = clock
         self.stalls: list[Stall] = []
         self.saw_workers = False  # a worker beat at least once: the rendezvous had completed
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._watching = Periodic("dtpo-stall-watch", _WATCH_INTERVAL_S, self.check, wait_first=True)
 
     def __enter__(self) -> StallWatch:
         if self.policy.enabled:
-            if self.nodes is not None:
-                self.nodes.__enter__()
-            self._thread = threading.Thread(target=self._run, name="dtpo-stall-watch", daemon=True)
-            self._thread.start()
+            self._watching.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            if self.nodes is not None:
-                self.nodes.__exit__()
+        self._watching.stop(timeout_s=5.0)
+        if self.nodes is not None:
+            self.nodes.__exit__()
+
+    @property
+    def running(self) -> bool:
+        """Whether the watch looks (it does not when the policy is off)."""
+        return self._watching.running
 
     def check(self) -> Stall | None:
         """Look once: find a stall in the newest attempt not yet acted on, report it and stop its ranks."""
@@ -227,13 +226,6 @@ class StallWatch:
         for pid in stall.pids:
             self.kill(pid)
         return stall
-
-    def _run(self) -> None:
-        while not self._stop.wait(_WATCH_INTERVAL_S):
-            try:
-                self.check()
-            except Exception as exc:  # the watch must never take the launch down
-                log.warning("stall watch: %s", exc)
 
 
 def _kill(pid: int) -> None:
