@@ -59,13 +59,6 @@ DIRTY_CLEAN = [400.0 if k % 2 == 0 else 100.0 for k in range(24)]  # 12 h altern
 
 
 @pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "state"
-    monkeypatch.setenv("DTPO_STATE_DIR", str(path))
-    return path
-
-
-@pytest.fixture
 def nvml(monkeypatch: pytest.MonkeyPatch, state: Path) -> FakeNvml:
     fake = FakeNvml([FakeNvmlGpu(UUID, limit_mw=MAX_MW, limit_range_mw=(100_000, MAX_MW), default_limit_mw=MAX_MW)],
                     journal_path=state / "knobs-journal.json")

@@ -64,13 +64,6 @@ def test_the_model_has_a_clear_optimum_inside_the_range() -> None:
 
 
 @pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "state"
-    monkeypatch.setenv("DTPO_STATE_DIR", str(path))
-    return path
-
-
-@pytest.fixture
 def nvml(monkeypatch: pytest.MonkeyPatch, state: Path) -> FakeNvml:
     """One fake H100 with a 100-300 W power-limit range, at 300 W; it notes whether the journal exists at every
     change."""
