@@ -34,8 +34,10 @@ def _unsorted(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize(("flags", "said"), [
-    (["--grid-signal", str(UK_TRACE), "--grid-policy", "pause", "--deadline", "5"],
-     "--grid-policy pause is simulate-only for now"),
+    (["--grid-signal", str(UK_TRACE), "--grid-policy", "pause", "--deadline", "5", "--tune", "power-limit"],
+     "--grid-policy pause schedules the whole run against the signal; drop --tune power-limit"),
+    (["--grid-signal", str(UK_TRACE), "--grid-policy", "pause", "--deadline", "5"],  # on the clock, as throttle
+     "signal covers 2023-03-14T01:00Z to 2023-03-19"),
     (["--deadline", "5"], "--deadline schedules the run against a grid signal: add --grid-signal FILE"),
     (["--grid-signal", str(UK_TRACE)], "grid.deadline_h is needed with --grid-signal"),
     (["--grid-signal", str(UK_TRACE), "--deadline", "5", "--tune", "power-limit"],
@@ -111,3 +113,41 @@ def test_on_virtual_gpus_the_limit_follows_throttle_and_comes_back(tmp_path: Pat
     with st.locked(made.directory / st.STATE_FILE) as state:
         assert [state.gpus[i].limit_mw for i in range(state.count)] == [300_000, 300_000]
     assert not (tmp_path / "state" / "knobs-journal.json").exists()
+
+
+def _dirty_middle(path: Path) -> Path:
+    """Half-hour intervals from 2024-01-01: clean, dirty for an hour, then clean for the rest of a day."""
+    values = [100] + [400] * 2 + [100] * 45
+    lines = ["time,value"] + [f"2024-01-01T{k // 2:02d}:{30 * (k % 2):02d}Z,{v}" for k, v in enumerate(values)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.slow
+def test_on_cpu_the_run_pauses_through_the_dirty_hour_as_one_run(tmp_path: Path) -> None:
+    # 450 signal seconds per wall second: each dirty half-hour is a 4 s pause, longer than the stall floor (3 s)
+    signal = _dirty_middle(tmp_path / "signal.csv")
+    run_dir = tmp_path / "run"
+    done = subprocess.run(dtpo_cli("train", "--workload", "mlp", "--steps", "120", "--window-steps", "5",
+                                   "--grid-signal", str(signal), "--grid-policy", "pause", "--deadline", "6",
+                                   "--grid-replay", "450", "--stall-floor", "3", "--run-dir", str(run_dir),
+                                   "--no-report", "--no-trace"),
+                          env={**os.environ, "DTPO_STATE_DIR": str(tmp_path / "state")}, capture_output=True,
+                          text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "grid signal" in done.stdout and "paused 1 time" in done.stdout, done.stdout[-2000:]
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["status"] == "completed" and record["attempt"] == 0 and not record["restarts"]
+    sections = [rank["grid"] for rank in record["ranks"]]
+    phases = [[(s["interval"], s["phase"]) for s in section["intervals"]] for section in sections]
+    assert phases[0] == phases[1]  # every rank paused and resumed together
+    paused = {k for k, phase in phases[0] if phase == "paused"}
+    assert paused and paused <= {1, 2}  # only while dirty
+    assert all(phase != "paused" for k, phase in phases[0] if k not in (1, 2))
+    outcome = sections[0]["outcome"]
+    assert outcome["pauses"] == 1 and outcome["deadline_met"] and outcome["paused_energy_j"] > 0
+    # the pause saved a checkpoint in the run directory, and its time stays out of the run's measured time
+    assert list((run_dir / "checkpoints").glob("step-*"))
+    energy = record["ranks"][0]["energy"]
+    assert energy["gaps"] and energy["run"]["time_s"] == pytest.approx(
+        sum(w["time_s"] for w in energy["windows"]), rel=1e-6)

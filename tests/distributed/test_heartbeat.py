@@ -75,3 +75,16 @@ def test_half_written_or_foreign_files_are_skipped(tmp_path: Path) -> None:
 def test_a_missing_directory_costs_the_beat_not_the_run(tmp_path: Path) -> None:
     HeartbeatWriter(tmp_path / "gone", rank=0, local_rank=0, attempt=0).beat()  # no exception
     assert read_beats(tmp_path / "gone") == []
+
+
+def test_a_pause_is_in_the_beat_and_progress_counts_again_from_its_end(tmp_path: Path) -> None:
+    now = [10.0]
+    writer = HeartbeatWriter(tmp_path, rank=0, local_rank=0, attempt=0, clock=lambda: now[0])
+    writer.step_ended(4, 0.1)
+    writer.pause()
+    [beat] = read_beats(tmp_path)
+    assert beat.paused and beat.progress_at == 10.0
+    now[0] = 500.0
+    writer.resume()
+    [beat] = read_beats(tmp_path)
+    assert not beat.paused and beat.progress_at == 500.0 and beat.step == 4

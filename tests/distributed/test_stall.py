@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,9 @@ def test_a_node_cut_off_says_it_lost_the_rendezvous_host() -> None:
 def test_a_silent_node_does_not_hide_a_local_rank_that_stopped() -> None:
     stall = find_stall([beat(0), beat(1, beat_at=90.0)], 100.0, POLICY, [SilentNode("node-b", 6.0)])
     assert stall is not None and stall.why == "silent" and stall.ranks == (1,) and stall.lost is None
+
+
+def test_no_rank_is_judged_while_the_ranks_pause_on_purpose() -> None:
+    paused = [beat(0, in_step=False), replace(beat(1, in_step=False), paused=True)]
+    assert find_stall(paused, 1000.0, POLICY) is None  # a grid pause, however long
+    assert find_stall([replace(b, paused=False) for b in paused], 1000.0, POLICY) is not None

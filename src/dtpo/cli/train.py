@@ -165,7 +165,8 @@ def _why_no_knob_gpus() -> str | None:
 def check_grid(config: RunConfig) -> RunConfig:
     """Refuse a ``--grid-signal`` run that cannot work, before any worker starts: a signal file dtpo cannot read
     (or with bad values), one that does not cover the run from its start (now, or the signal's first interval under
-    ``--grid-replay``) to the deadline, or no GPU whose power limit dtpo can reach.
+    ``--grid-replay``) to the deadline, or, to throttle, no GPU whose power limit dtpo can reach (a pause moves no
+    knob).
 
     Returns:
         ``config`` with the signal's path made absolute (the workers read it).
@@ -186,6 +187,8 @@ def check_grid(config: RunConfig) -> RunConfig:
     start = accounted.start if grid.replay is not None else datetime.now(UTC)
     for signal in {id(s): s for s in (accounted, decided)}.values():
         signal.check_covers(start, grid.deadline_h * 3600, f"--deadline {grid.deadline_h:g}")
+    if grid.policy == "pause":  # no GPU knob is touched; the pauses checkpoint (RUN_DIR/checkpoints by default)
+        return config.replace(grid={"signal": str(path)})
     why = _why_no_knob_gpus()
     if why is not None:
         raise ConfigError(f"--grid-signal moves the GPUs' power limit and this machine has no GPU whose limit dtpo "
@@ -255,6 +258,8 @@ def run_training(config: RunConfig, dry_run: bool = False) -> RunRecord:
     config = resolve(config)
     check_store_path(config.telemetry.store)
     run_dir = prepare_run_dir(config.launch.run_dir, overwrite=config.launch.overwrite)
+    if config.grid.enabled and config.grid.policy == "pause" and not config.checkpoint.enabled:
+        config = config.replace(checkpoint={"dir": str(run_dir / "checkpoints")})  # each pause saves one
     store = open_store_for(run_dir, config.telemetry.store)
     kind = config_kind(config.to_dict())
     with registered(store, kind, run_dir, config.replace(launch={"run_dir": str(run_dir)}).to_dict()) as entry:

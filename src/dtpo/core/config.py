@@ -449,7 +449,11 @@ class RunConfig(Tree):
         if steps is not None and steps <= warmup:
             raise ConfigError(f"workload.steps ({steps}) must be larger than session.warmup_steps ({warmup}): "
                               f"warm-up steps are not measured, so nothing would be (--steps, --warmup-steps)")
-        if self.grid.enabled and (self.tune.knob is not None or self.knobs.requested):
+        if self.grid.enabled and self.grid.policy == "pause" and self.tune.knob is not None:
+            raise ConfigError(f"--grid-policy pause schedules the whole run against the signal; drop --tune "
+                              f"{self.tune.knob}")
+        if self.grid.enabled and self.grid.policy == "throttle" and (self.tune.knob is not None
+                                                                      or self.knobs.requested):
             drop = "--tune" if self.tune.knob is not None else "--power-limit / --sm-clock / --power-smoothing"
             raise ConfigError(f"--grid-signal chooses the GPUs' power limit itself; drop {drop}")
         tune = self.tune

@@ -9,7 +9,7 @@ from typing import ClassVar
 from dtpo.core.config_section import Section, flag
 from dtpo.core.errors import ConfigError
 
-GRID_RUN_POLICIES: tuple[str, ...] = ("throttle", "pause")  # --grid-policy of dtpo train (pause: simulate-only)
+GRID_RUN_POLICIES: tuple[str, ...] = ("throttle", "pause")  # --grid-policy of dtpo train
 MAX_DEADLINE_H = 24 * 366.0
 MAX_GRID_REPLAY = 1e6
 
@@ -17,7 +17,8 @@ MAX_GRID_REPLAY = 1e6
 @dataclass(kw_only=True)
 class GridConfig(Section):
     """Scheduling the run against a grid signal: in each of the signal's intervals the GPUs hold the power limit a
-    policy chooses from the run's own measurements (see ``dtpo.session.tuning.grid``)."""
+    policy chooses from the run's own measurements (``dtpo.session.tuning.grid``), or the run pauses while the
+    signal is high (``dtpo.session.tuning.grid_pause``)."""
 
     SECTION: ClassVar[str] = "grid"
 
@@ -26,7 +27,8 @@ class GridConfig(Section):
     JSON) the GPUs' power limit follows, by --deadline; default: signal-blind."""
     policy: str = field(default="throttle", metadata=flag("--grid-policy"))
     """throttle: in each signal interval, the measured power limit of least signal x energy that still finishes
-    by --deadline (pause is `dtpo simulate grid` only for now)."""
+    by --deadline; pause: checkpoint and hold still while the forecast is above a threshold chosen from it and the
+    slack left, resume when it falls (no GPU knob is touched)."""
     deadline_h: float | None = field(default=None, metadata=flag("--deadline"))
     """With --grid-signal: hours from the start (in the signal's time) by which the run must finish."""
     replay: float | None = field(default=None, metadata=flag("--grid-replay"))
@@ -49,9 +51,6 @@ class GridConfig(Section):
             return
         if self.deadline_h is None:
             raise self._fail("deadline_h", "is needed with --grid-signal: the hours by which the run must finish")
-        if self.policy == "pause":
-            raise ConfigError("--grid-policy pause is simulate-only for now (`dtpo simulate grid --grid-policy "
-                              "pause`): a real run cannot yet stop and resume as one run; use --grid-policy throttle")
 
     @property
     def enabled(self) -> bool:

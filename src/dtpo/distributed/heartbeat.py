@@ -50,6 +50,7 @@ class Beat:
         beat_at: When this beat was written.
         median_step_s: The median time of its recent steps (``None`` before the first ended).
         finished: It stopped training (normally or not): no more steps are coming.
+        paused: It holds still on purpose between steps (a grid pause): no progress is expected until it resumes.
     """
 
     rank: int
@@ -63,6 +64,7 @@ class Beat:
     beat_at: float
     median_step_s: float | None
     finished: bool = False
+    paused: bool = False
 
     @property
     def position(self) -> tuple[int, int]:
@@ -81,7 +83,7 @@ class Beat:
                    step=None if data["step"] is None else int(data["step"]), in_step=bool(data["in_step"]),
                    progress_at=float(data["progress_at"]), beat_at=float(data["beat_at"]),
                    median_step_s=None if data["median_step_s"] is None else float(data["median_step_s"]),
-                   finished=bool(data.get("finished", False)))
+                   finished=bool(data.get("finished", False)), paused=bool(data.get("paused", False)))
 
 
 def beat_path(directory: Path, rank: int) -> Path:
@@ -125,6 +127,7 @@ class HeartbeatWriter:
         self.in_step = False
         self.progress_at = clock()
         self.finished = False
+        self.paused = False
         self._recent: list[float] = []  # a ring of recent step times (read by the beating thread)
         self._next = 0
         self._beating = Periodic("dtpo-heartbeat", interval_s, self.beat, wait_first=True)
@@ -147,6 +150,16 @@ class HeartbeatWriter:
             self._recent[self._next] = step_s
             self._next = (self._next + 1) % _RECENT_STEPS
 
+    def pause(self) -> None:
+        """The rank holds still on purpose (a grid pause): the launcher expects no progress until :meth:`resume`."""
+        self.paused = True
+        self.beat()
+
+    def resume(self) -> None:
+        """The pause ended: progress is expected again, counted from now."""
+        self.paused, self.progress_at = False, self.clock()
+        self.beat()
+
     def stop(self) -> None:
         """Training stopped on this rank: one last beat says so, and the thread ends."""
         self.finished = True
@@ -159,7 +172,7 @@ class HeartbeatWriter:
         return Beat(rank=self.rank, local_rank=self.local_rank, node=self.node, pid=os.getpid(),
                     attempt=self.attempt, step=self.step, in_step=self.in_step, progress_at=self.progress_at,
                     beat_at=self.clock(), median_step_s=statistics.median(recent) if recent else None,
-                    finished=self.finished)
+                    finished=self.finished, paused=self.paused)
 
     def beat(self) -> None:
         """Write the current beat (atomically: a reader sees the old file or the new one)."""

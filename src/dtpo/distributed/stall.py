@@ -20,7 +20,8 @@ Which rank stalled, when every rank of the node has stopped progressing (the oth
 
 Steps are counted only once a rank ended its first (before it, compiling and warming up have no median to
 compare with), and the time between steps counts like any other: a checkpoint or an evaluation between steps
-longer than the limit needs a higher floor.
+longer than the limit needs a higher floor. A rank that pauses on purpose (``--grid-policy pause``) says so in its
+beat, and no rank of the node is judged until it resumes.
 """
 
 from __future__ import annotations
@@ -142,6 +143,8 @@ def find_stall(beats: list[Beat], now: float, policy: StallPolicy,
     """The stall among one attempt's beats of one node, if there is one (see the module's rules); where none of
     the node's ranks can be singled out, the first of ``silent_nodes`` is named as lost."""
     live = [beat for beat in beats if not beat.finished]
+    if any(beat.paused for beat in live):  # the ranks hold still together on purpose (a grid pause)
+        return None
     medians = [beat.median_step_s for beat in live if beat.median_step_s is not None]
     if not live or not medians:
         return None

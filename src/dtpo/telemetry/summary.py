@@ -217,18 +217,27 @@ def tuning_summary(record: RunRecord) -> str | None:
 
 def grid_summary(record: RunRecord) -> str | None:
     """One line on a run scheduled against a grid signal (rank 0's section: every rank decides the same): the
-    limits held, the cost as measured, the estimate against a signal-blind run, and the deadline."""
+    limits held (or the pauses), the cost as measured, the estimate against a signal-blind run, and the deadline."""
     grid = next((r.grid for r in record.ranks if r.grid is not None), None)
     if grid is None:
         return None
     outcome = grid.outcome or {}
-    held = sorted({s["power_limit_w"] for s in grid.intervals if s.get("phase") == "throttle"})
-    if not held or not outcome:
-        return escape(f"{grid.policy}: {grid.note or 'nothing was scheduled'}")
     unit = outcome.get("cost_unit", "")
-    limits = f"{held[0]:g} W" if len(held) == 1 else f"limits {held[0]:g}-{held[-1]:g} W"
-    parts = [f"{grid.policy}: {len({s['interval'] for s in grid.intervals})} signal intervals, {limits}",
-             f"{outcome['cost']:.4g} {unit} (GPU energy x signal, {grid.source})"]
+    intervals = len({s["interval"] for s in grid.intervals})
+    if grid.policy == "pause":
+        if not outcome or not grid.settings:
+            return escape(f"pause: {grid.note or 'nothing was scheduled'}")
+        paused = outcome.get("pauses", 0)
+        parts = [f"pause: {intervals} signal intervals, paused {paused} time{'' if paused == 1 else 's'} for "
+                 f"{outcome.get('paused_h', 0.0):.3g} h",
+                 f"{outcome['cost']:.4g} {unit} (energy x signal, pauses included; {outcome['energy_source']})"]
+    else:
+        held = sorted({s["power_limit_w"] for s in grid.intervals if s.get("phase") == "throttle"})
+        if not held or not outcome:
+            return escape(f"{grid.policy}: {grid.note or 'nothing was scheduled'}")
+        limits = f"{held[0]:g} W" if len(held) == 1 else f"limits {held[0]:g}-{held[-1]:g} W"
+        parts = [f"{grid.policy}: {intervals} signal intervals, {limits}",
+                 f"{outcome['cost']:.4g} {unit} (GPU energy x signal, {grid.source})"]
     estimate = outcome.get("estimated")
     if estimate:
         parts.append(f"{estimate['saving'] * 100:+.1f} % saved against signal-blind (estimate)")

@@ -23,6 +23,7 @@ from dtpo.session.callbacks.heartbeat import HeartbeatCallback
 from dtpo.session.callbacks.slowdown import NOTE, SlowdownCallback, slowed_gpu
 from dtpo.session.tuning.gpu_knobs import KnobCallback, rank_gpus
 from dtpo.session.tuning.grid import GridCallback
+from dtpo.session.tuning.grid_pause import GridPauseCallback
 from dtpo.session.tuning.job_knobs import JobTuneCallback
 from dtpo.session.tuning.power import TuneCallback
 from dtpo.session.tuning.rebalance import RebalanceCallback
@@ -83,10 +84,12 @@ def builtin_callbacks(config: RunConfig, ctx: DistContext, progress: bool,
     elif config.tune.knob is not None:
         out.append(TuneCallback(config.tune, config.knobs.mode, rank_gpus(energy_devices, ctx.local_rank, cuda),
                                 clock=clock))
-    elif config.grid.enabled:  # the power limit follows a grid signal (never with --tune: the config refuses both)
+    elif config.grid.enabled and config.grid.policy == "throttle":  # never with --tune: the config refuses both
         out.append(GridCallback(config.grid, config.knobs.mode, rank_gpus(energy_devices, ctx.local_rank, cuda)))
     if energy is not None:
         out.append(energy)
+    if config.grid.enabled and config.grid.policy == "pause":  # after energy: a pause starts where a window ended
+        out.append(GridPauseCallback(config.grid))
     if progress:
         out.append(ProgressCallback())
     if config.telemetry.metrics_addr is not None:  # after energy and tuners: a window's figures are all in

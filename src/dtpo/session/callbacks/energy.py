@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import logging
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ class EnergyCallback(Callback):
         self._boundary: Snapshot | None = None  # the snapshot that closed the latest window
         self._run: WindowMeasurement | None = None
         self._closed = False
+        self._gaps: list[WindowMeasurement] = []  # spans between windows kept out of the run (grid pauses)
 
     def on_step_begin(self, session: RunView, step: int) -> None:
         """Open the run window at the start of the first measured step."""
@@ -70,6 +71,21 @@ class EnergyCallback(Callback):
         if session.rank_record.energy is None:  # partial records written from now on carry the windows
             session.rank_record.energy = self.section(live=True)
 
+    def skip_gap(self) -> WindowMeasurement | None:
+        """Keep the time since the last window ended out of the run (a pause between windows, its checkpoint
+        included): the next window starts now, and the run window's time and energy leave this span out.
+
+        Returns:
+            The span's own time and energy (``None`` when the run window is not open).
+        """
+        if not self._open or self._boundary is None:
+            return None
+        snap = self.monitor.snapshot()
+        gap = self.monitor.measure("gap", self._boundary, snap)
+        self._boundary = snap
+        self._gaps.append(gap)
+        return gap
+
     def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
         """Close the run window where the last window ended, stop the sampler, keep this rank's energy section
         and write its power timeline."""
@@ -91,7 +107,7 @@ class EnergyCallback(Callback):
             return
         self._closed = True
         if self._open:
-            self._run = self.monitor.end_window(RUN_WINDOW, at=self._boundary)
+            self._run = _less(self.monitor.end_window(RUN_WINDOW, at=self._boundary), self._gaps)
             self._open = False
         self.monitor.close()
 
@@ -102,7 +118,7 @@ class EnergyCallback(Callback):
             live: Share the window list and lost-device map instead of copying them, so the section grows
                 with the run at no cost (what partial records carry while training goes on).
         """
-        return {
+        section = {
             "devices": [asdict(d.info) for d in self.discovery.devices],
             "notes": list(self.discovery.notes),
             "estimated": self.discovery.estimated,
@@ -110,10 +126,21 @@ class EnergyCallback(Callback):
             "run": self._run.to_dict() if self._run else None,
             "lost": self.monitor.lost if live else dict(self.monitor.lost),
         }
+        if self._gaps:  # spans kept out of the run (grid pauses): their own time and energy
+            section["gaps"] = [gap.to_dict() for gap in self._gaps]
+        return section
 
     def timeline_rows(self) -> list[dict[str, float]]:
         """The power timeline as rows of ``t`` and one column per device (watts)."""
         return [{"t": p.t, **p.power_w} for p in self.monitor.timeline]
+
+
+def _less(run: WindowMeasurement, gaps: list[WindowMeasurement]) -> WindowMeasurement:
+    """``run`` without the time and energy of ``gaps`` (spans inside it)."""
+    if not gaps:
+        return run
+    energy = {name: joules - sum(gap.energy_j.get(name, 0.0) for gap in gaps) for name, joules in run.energy_j.items()}
+    return replace(run, time_s=run.time_s - sum(gap.time_s for gap in gaps), energy_j=energy)
 
 
 def write_power_timeline(path: Path, rows: list[dict[str, float]]) -> None:

@@ -20,8 +20,8 @@ the limit held in each interval with its GPU energy, the cost as measured (GPU e
 (:func:`~dtpo.tune.grid_policy.replay`) on the measured per-setting figures. Decisions are made on the file's
 forecast where it has one; costs are accounted on its actual values.
 
-Not yet: ``--grid-policy pause`` (simulate-only: a real run cannot stop and resume as one run yet); a run resumed
-from a checkpoint measures again and counts its deadline from its own start.
+``--grid-policy pause`` is :mod:`dtpo.session.tuning.grid_pause`. Not yet for throttling: a run resumed from a
+checkpoint measures the limits again and counts its deadline from its own start.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from dtpo.session.tuning.gpu_knobs import ranks_agree_on_limits
 from dtpo.tune.cost import JOULES_PER_KWH
 from dtpo.tune.grid_policy import GridJob, GridSetting, Throttle, blind_plan, replay
 
-__all__ = ["GridCallback", "SignalClock", "decision_signals", "sweep_limits"]
+__all__ = ["GridCallback", "SignalClock", "decision_signals", "shared", "shared_min", "sweep_limits"]
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class GridCallback(Callback):
         self.controller = KnobController(self.mode, log=log_knob_action)
         self.controller.__enter__()
         self.candidates = sweep_limits(limits)
-        self.signal_clock = SignalClock(self.actual, _shared_min(session, self.clock()), self.config.replay)
+        self.signal_clock = SignalClock(self.actual, shared_min(session, self.clock()), self.config.replay)
         self.phase = "sweep"
         self._job_time = self.signal_clock.offset_s
         self._mark()
@@ -238,7 +238,7 @@ class GridCallback(Callback):
             return
         assert self.signal_clock is not None
         now, energy = self.clock(), self._energy()
-        (samples, joules), (wall_s, job_time) = _shared(
+        (samples, joules), (wall_s, job_time) = shared(
             session, [float(window.samples), energy - self._energy_mark],
             [now - self._clock_mark, self.signal_clock.job_time_s(now)])
         self._energy_mark, self._clock_mark, self._job_time = energy, now, job_time
@@ -451,7 +451,7 @@ class GridCallback(Callback):
         return None
 
 
-def _shared(session: RunView, sums: list[float], maxima: list[float]) -> tuple[list[float], list[float]]:
+def shared(session: RunView, sums: list[float], maxima: list[float]) -> tuple[list[float], list[float]]:
     """``sums`` summed and ``maxima`` maximised over the ranks (one all-reduce each when distributed)."""
     if not session.ctx.distributed:
         return sums, maxima
@@ -463,7 +463,7 @@ def _shared(session: RunView, sums: list[float], maxima: list[float]) -> tuple[l
     return added.tolist(), largest.tolist()
 
 
-def _shared_min(session: RunView, value: float) -> float:
+def shared_min(session: RunView, value: float) -> float:
     """The smallest ``value`` of all ranks."""
     if not session.ctx.distributed:
         return value
