@@ -196,20 +196,25 @@ class GridSection:
     """``ranks[].grid``: the run scheduled against a grid signal (``--grid-signal``; the same on every rank).
 
     Attributes:
-        policy: The policy (``"throttle"``).
+        policy: The policy (``"throttle"`` or ``"pause"``).
         signal: The signal: ``source``, ``unit``, ``kind``, ``interval_s``, ``decided_on`` (forecast or actual),
             ``replay`` (signal seconds per wall second, ``None``: the clock), ``start`` (the run's start in the
-            signal's time) and ``values`` (the accounted values of the intervals the run spanned).
+            signal's time), ``values`` (the accounted values of the intervals the run spanned) and ``values_from``
+            (the start of the first value's interval).
         deadline_h: Hours from the start by which the run had to finish (signal time).
         settings: Each power limit measured at the start: ``power_limit_w``, ``time_per_sample_s`` (signal time),
             ``energy_per_sample_j`` (all GPUs) and ``steps`` measured.
         source: Where the per-setting figures come from: ``measured`` (the run's own GPU energy counters) or
             ``simulated`` (virtual GPUs).
-        intervals: The setting over time: ``interval`` (the signal's index), ``start``, ``signal``,
-            ``power_limit_w``, ``from_step``, ``seconds`` (signal time) and ``energy_j`` (GPU energy spent in it).
-        outcome: ``finished_h``, ``deadline_met``, ``energy_j``, ``cost`` (GPU energy x signal, as measured) and,
-            estimated by replaying the measured per-setting figures on the signal, ``estimated`` (``cost``,
-            ``blind_cost``, ``saving``, ``blind_finished_h``).
+        intervals: The setting over time: ``interval`` (the signal's index), ``start``, ``phase`` (``sweep`` /
+            ``throttle``; ``measure`` / ``run`` / ``paused`` / ``resumed`` for a pause), ``signal``,
+            ``power_limit_w`` (``None`` for a pause), ``from_step``, ``seconds`` (signal time), ``energy_j`` (the
+            energy spent in it: GPU counters for throttle, the run's devices for a pause, idle during one) and the
+            ``decision`` that opened it.
+        outcome: ``finished_h``, ``deadline_met``, ``energy_j``, ``cost`` (energy x signal, as measured; a pause's
+            own energy included), for a pause ``pauses``, ``paused_h`` and ``paused_energy_j``, and, estimated by
+            replaying the measured per-setting figures on the signal, ``estimated`` (``cost``, ``blind_cost``,
+            ``saving``, ``blind_finished_h``).
         note: What happened, in words (why nothing was scheduled, a deadline that could not be met, ...).
         job: The job the policy scheduled: ``samples`` (all ranks), ``deadline_s`` and ``interval_s``, in seconds
             from the start of the signal interval the run started in (``None`` before the sweep ended).

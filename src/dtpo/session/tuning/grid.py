@@ -385,6 +385,7 @@ class GridCallback(Callback):
         if clock is not None and actual is not None:
             count = clock.job_interval(self._job_time) + 1
             signal["start"] = clock.run_start.isoformat()
+            signal["values_from"] = clock.interval_start(0).isoformat()  # the start of the first value's interval
             signal["values"] = [float(v) for v in values_from(actual, clock.interval_start(0), count)]
         estimated = any(gpu.info.estimated for gpu in self.gpus)
         settings = [{"power_limit_w": s.power_limit_w, "time_per_sample_s": s.time_per_sample_s,

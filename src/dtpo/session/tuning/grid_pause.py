@@ -326,6 +326,7 @@ class GridPauseCallback(Callback):
         if clock is not None and actual is not None:
             count = clock.job_interval(self._job_time) + 1
             signal["start"] = clock.run_start.isoformat()
+            signal["values_from"] = clock.interval_start(0).isoformat()  # the start of the first value's interval
             signal["values"] = [float(v) for v in values_from(actual, clock.interval_start(0), count)]
         settings = [] if self.setting is None else [
             {"name": RUNNING, "power_limit_w": None, "time_per_sample_s": self.setting.time_per_sample_s,

@@ -24,6 +24,7 @@ from dtpo.telemetry.report.curves import (
     sweep_svg,
 )
 from dtpo.telemetry.report.data import BenchData, PlanData, RunData, SimulateData
+from dtpo.telemetry.report.grid import grid_part
 from dtpo.telemetry.report.markup import (
     Html,
     Page,
@@ -85,6 +86,7 @@ def run_section(page: Page, data: RunData, sid: str, title: str, level: int = 2)
     out += _steps_part(page, data, sid, level + 1)
     out += _energy_part(page, data, sid, level + 1)
     out += _tuning_part(page, data, sid, level + 1)
+    out += grid_part(page, data, sid, level + 1)
     if record.restarts:
         out.append(page.heading(level + 1, f"{sid}-restarts", "Restarts"))
         out.append(table(("attempt", "status", "steps", "time", "energy", "resumed from", "steps lost", "recovery",
