@@ -30,13 +30,16 @@ verdict, and the verdict says how many there were.
 
 Energy at scale (:func:`power_check`): MLPerf Training v4.0's ResNet-50 with measured node AC power on 1 and 8
 nodes of 8 H100 (``--power``: ``benchmarks/data/mlperf_power_smc_resnet_v4.0.json``, whose figures
-``benchmarks/mlperf_power_extract.py`` recomputes from the shipped logs; or ``--power-data FILE``). The
-planner gets the 1-node throughput and, as ``power.busy_power_w``, the GPU power that makes its 1-node J/sample
-the published one (node overhead: the planner's default); it predicts the 8-node throughput and J/sample, each
-with a goal of 10 %.
+``benchmarks/mlperf_power_extract.py`` recomputes from the shipped logs; or ``--power-data FILE``). The planner is
+calibrated on the 1-node system alone: its throughput; its micro-batch split into a fixed and a per-sample part
+fitted to every other published one-node H100-SXM-80GB ResNet-50 step of MLPerf v3.0-v4.0 (per-GPU batches 400 to
+816, ``benchmarks/data/mlperf_resnet_h100_batch_times.json``, ``--batch-times``; no multi-node result is used);
+node overhead from its own power log (the lowest reading, at run start, less 8 GPUs at idle); and, as
+``power.busy_power_w``, the GPU power that makes its 1-node J/sample the published one. It predicts the 8-node
+throughput and J/sample, each with a goal of 10 %.
 
 Usage: ``python benchmarks/planner_vs_published.py [--data FILE] [--calibrate-on K] [--framework-point]
-[--write-scenarios DIR] [--power | --power-data FILE]``
+[--write-scenarios DIR] [--power | --power-data FILE] [--batch-times FILE|none]``
 """
 
 from __future__ import annotations
@@ -53,13 +56,15 @@ from rich.console import Console
 from rich.table import Table
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.predict import plan
-from dtpo.plan.scenario import Baseline, Scenario
+from dtpo.plan.calibration import from_throughput
+from dtpo.plan.predict import fabric_of, plan
+from dtpo.plan.scenario import Baseline, MicroBatch, Scenario
 from dtpo.plan.scenario_reader import load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "scaling" / "published_scaling.json"
 POWER_DATA = ROOT / "benchmarks" / "data" / "mlperf_power_smc_resnet_v4.0.json"
+BATCH_TIMES = ROOT / "benchmarks" / "data" / "mlperf_resnet_h100_batch_times.json"
 SCENARIOS = ROOT / "examples" / "plan" / "published"
 EFFICIENCY_POINTS = 0.05
 THROUGHPUT_SHARE = 0.10
@@ -373,9 +378,37 @@ def _joules_per_sample(scenario: Scenario, busy_w: float) -> float:
     return plan(priced, sensitivity=False).predictions[0].energy.joules_per_sample
 
 
-def power_scenario(record: dict[str, Any]) -> Scenario:
-    """The record's scenario, built as every series' is, with the busy GPU power that makes the planner's J/sample
-    at the calibration point the published one (it is linear in busy power: two plans give the line).
+def one_node_micro_batches(scenario: Scenario, points: list[dict[str, Any]]) -> tuple[tuple[int, float], ...]:
+    """``(per-GPU batch, micro-batch seconds)`` of published one-node steps (see :data:`BATCH_TIMES`): each step
+    less what the planner puts outside a micro-batch's compute at that node's GPU count and batch (the all-reduce,
+    the optimizer step, waiting for the slowest GPU), solved as the planner's own calibration solves a measured
+    throughput (:func:`~dtpo.plan.calibration.from_throughput`)."""
+    out = []
+    for point in points:
+        gpus, batch = int(point["gpus"]), int(point["per_gpu_batch"])
+        alone = replace(scenario, gpu_counts=(gpus,), per_gpu_batch=batch, grad_accum=1, micro_batch=None,
+                        baseline=None)
+        solved = from_throughput(alone, fabric_of(alone), gpus, gpus * batch / float(point["step_s"]))
+        out.append((batch, solved.t_micro_s))
+    return tuple(out)
+
+
+def rest_overhead_w(scenario: Scenario, system: dict[str, Any]) -> float | None:
+    """Node overhead from a system's own power log: its lowest node reading in the run (at run start, before the
+    GPUs ramp up) less its GPUs at their power model's idle power; ``None`` where either is unknown."""
+    rest, spec = system.get("rest_node_power_w"), scenario.power_spec
+    if not isinstance(rest, (int, float)) or spec is None:
+        return None
+    return max(float(rest) - system["gpus_per_node"] * spec.idle_power_w, 0.0)
+
+
+def power_scenario(record: dict[str, Any], batch_times: dict[str, Any] | None = None) -> Scenario:
+    """The record's scenario, built as every series' is, calibrated on its smallest system alone: its throughput;
+    its micro-batch split into a fixed and a per-sample part fitted to ``batch_times`` (published one-node steps at
+    several per-GPU batches, :func:`one_node_micro_batches`; without them the split is assumed, as for any single
+    batch size); node overhead from its power log's lowest reading (:func:`rest_overhead_w`; the planner's default
+    where the log gives none); and the busy GPU power that makes the planner's J/sample there the published one (it
+    is linear in busy power: two plans give the line).
 
     Raises:
         ConfigError: The record cannot be built, or the calibration point's J/sample is not reproduced.
@@ -384,7 +417,14 @@ def power_scenario(record: dict[str, Any]) -> Scenario:
     data = scenario_for(checked_series(series))
     data["unit"] = series.get("unit", "samples/s")
     scenario = scenario_from_dict(data, where=record["id"])
-    target = min(record["systems"].values(), key=lambda s: s["gpus"])["joules_per_sample"]
+    calibration = min(record["systems"].values(), key=lambda s: s["gpus"])
+    if batch_times and batch_times.get("points"):
+        scenario = replace(scenario, micro_batch=MicroBatch(
+            times_s=one_node_micro_batches(scenario, batch_times["points"])))
+    overhead = rest_overhead_w(scenario, calibration)
+    if overhead is not None:
+        scenario = replace(scenario, power=replace(scenario.power, node_overhead_w=overhead))
+    target = calibration["joules_per_sample"]
     low, high = 300.0, 600.0
     j_low, j_high = _joules_per_sample(scenario, low), _joules_per_sample(scenario, high)
     busy = low + (target - j_low) * (high - low) / (j_high - j_low)
@@ -394,12 +434,13 @@ def power_scenario(record: dict[str, Any]) -> Scenario:
     return replace(scenario, power=replace(scenario.power, busy_power_w=busy))
 
 
-def power_check(console: Console, path: Path) -> tuple[list[str], list[tuple[str, float, float]]]:
-    """Print the planner against a published power result; return the misses and each goal's (what, error,
-    goal)."""
+def power_check(console: Console, path: Path, batch_path: Path | None = None
+                ) -> tuple[list[str], list[tuple[str, float, float]]]:
+    """Print the planner against a published power result (with published one-node steps at several batches from
+    ``batch_path``, if given); return the misses and each goal's (what, error, goal)."""
     try:
         record = json.loads(path.read_text())
-        scenario = power_scenario(record)
+        scenario = power_scenario(record, json.loads(batch_path.read_text()) if batch_path else None)
         result = plan(scenario)
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ConfigError) as exc:
         console.print(f"[yellow]skipped[/yellow] power result {path}: {exc}")
@@ -426,7 +467,7 @@ def power_check(console: Console, path: Path) -> tuple[list[str], list[tuple[str
             errors += goals
             misses += [f"{record['id']}: {what} {err * 100:+.1f} % (goal {goal * 100:g} %)"
                        for what, err, goal in goals if abs(err) > goal]
-        moved = "" if pred.sensitivity is None else f"{pred.throughput * (1 + pred.sensitivity[-1]):,.0f}"
+        moved = "fitted" if pred.sensitivity is None else f"{pred.throughput * (1 + pred.sensitivity[-1]):,.0f}"
         table.add_row(str(pred.gpus), str(scenario.batch_at(pred.gpus)),
                       f"{published['throughput']:,.0f}", f"{pred.throughput:,.0f}",
                       "calibration" if calibration else f"{err_t * 100:+.1f} %",
@@ -456,6 +497,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"also predict the shipped published power result ({POWER_DATA.name}) from its 1-node "
                              "point, counted in the verdict")
     parser.add_argument("--power-data", default=None, help="the same with another published power result")
+    parser.add_argument("--batch-times", default=None, metavar="FILE",
+                        help=f"published one-node steps at several per-GPU batches for the power result's hardware "
+                             f"and benchmark (default with --power: {BATCH_TIMES.name}; 'none': assume the split)")
     args = parser.parse_args(argv)
     if args.calibrate_on < 1:
         bad_flag(parser.prog, f"--calibrate-on must be 1 or more, not {args.calibrate_on}")
@@ -510,7 +554,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
     power_errors: list[tuple[str, float, float]] = []
     if args.power or args.power_data:
-        power_misses, power_errors = power_check(console, Path(args.power_data or POWER_DATA))
+        batch_path = args.batch_times or (None if args.power_data else str(BATCH_TIMES))
+        power_misses, power_errors = power_check(console, Path(args.power_data or POWER_DATA),
+                                                 None if batch_path in (None, "none") else Path(batch_path))
         misses += power_misses
     console.print(f"worst throughput error {worst_t * 100:.1f} % (goal {THROUGHPUT_SHARE * 100:g} %); worst "
                   f"efficiency difference {worst_e * 100:.1f} points (goal {EFFICIENCY_POINTS * 100:g}); known "

@@ -100,3 +100,51 @@ def test_the_power_goals_are_counted_in_the_verdict(bench: ModuleType, capsys: p
     assert "energy at scale: throughput at 64 GPUs" in out and "J/sample at 64 GPUs" in out
     power_missed = "MISSED mlperf_v4.0_smc_resnet50_ac_power" in out
     assert ("of 2 met" in out) and (code == 1 if power_missed else True)
+
+
+def test_batch_times_file_names_its_sources_and_is_reproduced(extract: ModuleType) -> None:
+    record = json.loads(extract.BATCH_FIGURES.read_text())
+    repos = record["source"]["repos"]
+    assert {r["repo"] for r in repos} == {f"mlcommons/training_results_{v}" for v in ("v3.0", "v3.1", "v4.0")}
+    assert all(len(r["commit"]) == 40 for r in repos) and "Apache" in record["source"]["licence"]
+    points = record["points"]
+    assert len({p["per_gpu_batch"] for p in points}) >= 2  # a fit needs two batch sizes or more
+    assert not any(p["submitter"].startswith("smc") for p in points)  # the checked submitter's own runs stay out
+    assert extract.BATCH_ARCHIVE.stat().st_size < 1_000_000
+    assert extract.differences(points, extract.batch_times(), "points") == []
+
+
+def test_training_step_is_the_global_batch_over_the_median_epoch_without_the_first(extract: ModuleType) -> None:
+    def line(t: int, key: str, value: object = None, **metadata: object) -> str:
+        event = {"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": key, "value": value,
+                 "metadata": metadata}
+        return ":::MLLOG " + json.dumps(event)
+
+    epochs = [(0, 9000), (9000, 11000), (11000, 13000), (13000, 16000)]  # 9 s warm-up, then 2 s, 2 s, 3 s
+    lines = [line(0, "global_batch_size", 100), line(0, "d_batch_size", 25), line(0, "train_samples", 1000)]
+    for number, (start, stop) in enumerate(epochs, 1):
+        lines += [line(start, "epoch_start", epoch_num=number), line(stop, "epoch_stop", epoch_num=number)]
+    text = "\n".join([*lines, line(16000, "run_stop", status="success")])
+    step = extract.training_step(text)
+    assert step["gpus"] == 4 and step["per_gpu_batch"] == 25
+    assert step["step_s"] == pytest.approx(100 * 2.0 / 1000)
+    with pytest.raises(ValueError, match="success"):
+        extract.training_step(text.replace('"success"', '"aborted"'))
+
+
+def test_power_section_with_batch_times_fits_the_split_and_takes_overhead_from_the_log(bench: ModuleType) -> None:
+    record = json.loads(bench.POWER_DATA.read_text())
+    times = json.loads(bench.BATCH_TIMES.read_text())
+    scenario = bench.power_scenario(record, times)
+    assert scenario.micro_batch is not None and len(scenario.micro_batch.times_s) == len(times["points"])
+    # every published step is longer than the compute the planner solves from it
+    assert all(t < p["step_s"] for (_, t), p in zip(scenario.micro_batch.times_s, times["points"], strict=True))
+    one_node = record["systems"]["1xSMC-H100-SXM-80GB"]
+    idle = scenario.power_spec.idle_power_w
+    assert scenario.power.node_overhead_w == pytest.approx(one_node["rest_node_power_w"] - 8 * idle)
+    result = bench.plan(scenario)
+    first, last = result.predictions
+    assert first.energy.joules_per_sample == pytest.approx(one_node["joules_per_sample"], rel=bench.CALIBRATION_MATCH)
+    assert first.sensitivity is None and any("fitted from batch sizes" in a for a in result.assumptions)
+    assert last.step.fixed_s > 0
+    assert scenario.power.busy_power_w <= scenario.power_spec.max_power_w  # a GPU cannot draw above its limit
