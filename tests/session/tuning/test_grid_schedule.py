@@ -247,3 +247,47 @@ def test_a_deadline_that_cannot_be_met_holds_the_fastest_limit_and_says_so(
     section = run.finish(cb)
     assert {s["power_limit_w"] for s in section["intervals"] if s["phase"] == "throttle"} == {300.0}
     assert "could not be met" in section["note"] and not section["outcome"]["deadline_met"]
+
+
+def test_a_resumed_run_goes_on_with_the_same_schedule_without_sweeping_again(
+        tmp_path: Path, nvml: FakeNvml, gpus: list[NvmlGpu]) -> None:
+    run = Run(nvml)
+    cb = make(tmp_path, run, gpus, deadline_h=DEADLINE_H)
+    run.train(cb, until=120)
+    assert cb.phase == "throttle"
+    state = json.loads(json.dumps(cb.state_dict()))
+    cb.restore()
+
+    later = Run(nvml)
+    later.now = run.now + 1.0  # restarted a fake second (15 signal minutes) later, from step 120
+    later.steps = later.measured = 120
+    later.session.start_step = 120
+    resumed = make(tmp_path, later, gpus, deadline_h=DEADLINE_H)
+    resumed.on_train_start(later.session)
+    resumed.load_state_dict(state)
+    assert resumed.phase == "restored" and resumed.signal_clock.wall_start == cb.signal_clock.wall_start
+    while later.steps < STEPS:
+        later.step(resumed)
+    assert resumed.phase == "throttle" and resumed.settings == cb.settings  # not measured again
+    section = later.finish(resumed)
+    assert section["intervals"][:len(state["segments"])] == state["segments"]
+    phases = [s["phase"] for s in section["intervals"][len(state["segments"]):]]
+    assert phases[0] == "resumed" and set(phases[1:]) == {"throttle"}
+    outcome = section["outcome"]
+    assert outcome["deadline_met"] and outcome["finished_h"] == pytest.approx(
+        (later.now - cb.signal_clock.wall_start) * SPEEDUP / 3600, rel=1e-6)
+
+
+def test_a_sweep_cut_short_starts_again_after_a_resume(tmp_path: Path, nvml: FakeNvml, gpus: list[NvmlGpu]) -> None:
+    run = Run(nvml)
+    cb = make(tmp_path, run, gpus, deadline_h=DEADLINE_H)
+    run.train(cb, until=8)
+    assert cb.phase == "sweep"
+    state = json.loads(json.dumps(cb.state_dict()))
+    cb.restore()
+    later = Run(nvml)
+    resumed = make(tmp_path, later, gpus, deadline_h=DEADLINE_H)
+    resumed.on_train_start(later.session)
+    resumed.load_state_dict(state)
+    assert resumed.phase == "sweep" and not resumed.settings
+    resumed.restore()

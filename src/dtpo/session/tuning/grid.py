@@ -20,8 +20,9 @@ the limit held in each interval with its GPU energy, the cost as measured (GPU e
 (:func:`~dtpo.tune.grid_policy.replay`) on the measured per-setting figures. Decisions are made on the file's
 forecast where it has one; costs are accounted on its actual values.
 
-``--grid-policy pause`` is :mod:`dtpo.session.tuning.grid_pause`. Not yet for throttling: a run resumed from a
-checkpoint measures the limits again and counts its deadline from its own start.
+A run resumed from a checkpoint (``--resume``, or a restart under ``--max-restarts``) goes on with the same
+schedule: the run's start (so the deadline), the limits' measured figures and the intervals so far come back with
+the checkpoint (a sweep cut short starts again). ``--grid-policy pause`` is :mod:`dtpo.session.tuning.grid_pause`.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ class GridCallback(Callback):
         self.clock = clock
         self.min_sweep_s = min_sweep_s
         self.controller: KnobController | None = None
-        self.phase = "off"  # off | sweep | throttle (the same on every rank)
+        self.phase = "off"  # off | sweep | restored | throttle (the same on every rank)
         self.note = ""
         self.actual: GridSignal | None = None
         self.forecast: GridSignal | None = None
@@ -251,6 +252,8 @@ class GridCallback(Callback):
         done_steps = window.last_step + 1 - getattr(session, "start_step", 0)
         if self.phase == "sweep":
             self._sweep(session, samples, joules, wall_s, window.steps, done_steps)
+        elif self.phase == "restored":  # resumed from a checkpoint: the limits' figures came with it
+            self._start_throttle(session, done_steps)
         else:
             self._follow(session, done_steps)
 
@@ -333,17 +336,7 @@ class GridCallback(Callback):
                    decision: dict[str, Any] | None = None) -> None:
         """Hold ``watts`` from step ``from_step`` (every rank calls it with the same figures) and open a segment of
         the record."""
-        clock = self.signal_clock
-        assert clock is not None and self.actual is not None
-        interval = clock.job_interval(self._job_time)
-        when = clock.interval_start(0) + timedelta(seconds=self._job_time)
-        segment: dict[str, Any] = {
-            "interval": clock.anchor + interval, "start": when.isoformat(), "phase": phase,
-            "signal": float(values_from(self.actual, clock.interval_start(interval), 1)[0]),
-            "power_limit_w": watts, "from_step": from_step, "seconds": 0.0, "energy_j": 0.0}
-        if decision is not None:
-            segment["decision"] = decision
-        self.segments.append(segment)
+        self.segments.append(self._segment(phase, watts, from_step, decision))
         if watts == self.applied or self.controller is None:
             self.applied = watts if self.controller is not None else self.applied
             return
@@ -357,6 +350,21 @@ class GridCallback(Callback):
             self._stop_applying("no permission to change the power limit: nothing was applied")
             return
         self.applied = watts
+
+    def _segment(self, phase: str, watts: float, from_step: int, decision: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+        """A new stretch of the record, from now."""
+        clock = self.signal_clock
+        assert clock is not None and self.actual is not None
+        interval = clock.job_interval(self._job_time)
+        when = clock.interval_start(0) + timedelta(seconds=self._job_time)
+        segment: dict[str, Any] = {
+            "interval": clock.anchor + interval, "start": when.isoformat(), "phase": phase,
+            "signal": float(values_from(self.actual, clock.interval_start(interval), 1)[0]),
+            "power_limit_w": watts, "from_step": from_step, "seconds": 0.0, "energy_j": 0.0}
+        if decision is not None:
+            segment["decision"] = decision
+        return segment
 
     def _stop_applying(self, why: str) -> None:
         """Keep deciding with the other ranks (the window all-reduces go on), but change nothing on this rank."""
@@ -437,6 +445,35 @@ class GridCallback(Callback):
                 "note": "estimated: the limits held and a signal-blind run at the maximum limit replayed on the "
                         "measured per-setting figures and the actual signal"}
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to go on as the same schedule: the run's start in the signal, the limits'
+        measured figures and the intervals so far."""
+        clock = self.signal_clock
+        return {"wall_start": None if clock is None else clock.wall_start, "phase": self.phase,
+                "settings": [[s.power_limit_w, s.time_per_sample_s, s.energy_per_sample_j] for s in self.settings],
+                "steps_measured": list(self.steps_measured), "samples_per_step": self.samples_per_step,
+                "segments": [dict(s) for s in self.segments], "note": self.note}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Go on with the checkpointed schedule (after :meth:`on_train_start` read the signal and began the sweep):
+        the deadline still counts from the first start, and limits measured before are not measured again."""
+        if self.phase == "off" or self.actual is None or state.get("wall_start") is None:
+            return
+        self.signal_clock = SignalClock(self.actual, float(state["wall_start"]), self.config.replay)
+        self._job_time = self.signal_clock.job_time_s(self.clock())
+        self.segments = [dict(s) for s in state.get("segments") or []]
+        self.note = str(state.get("note", ""))
+        settings = state.get("settings") or []
+        if state.get("phase") != "throttle" or len(settings) != len(self.candidates):
+            self.segments.append(self._segment("sweep", self.applied or self.candidates[0], 0))
+            return  # the sweep had not ended: it starts again
+        self.settings = [GridSetting(f"{w:g} W", float(w), float(t), float(e)) for w, t, e in settings]
+        self.steps_measured = [int(n) for n in state.get("steps_measured") or []]
+        self.samples_per_step = float(state["samples_per_step"])
+        self.phase = "restored"  # the next window end schedules the rest of the job on the restored figures
+        self._interval = -1
+        self.segments.append(self._segment("resumed", self.applied or self.candidates[0], 0))
+
     def restore(self) -> None:
         """Put the GPUs' original limits back (idempotent)."""
         if self.controller is not None:
@@ -444,7 +481,8 @@ class GridCallback(Callback):
             self.controller = None
 
     def tuner_state(self) -> TunerState:
-        """``grid`` is ``off``, ``sweep`` (measuring the limits) or ``throttle`` (following the signal)."""
+        """``grid`` is ``off``, ``sweep`` (measuring the limits), ``restored`` (resumed, deciding at the next window
+        end) or ``throttle`` (following the signal)."""
         return TunerState("grid", self.phase)
 
     def clock_lock(self) -> ClockLock | None:
