@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal as signal_module
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +153,37 @@ def test_on_cpu_the_run_pauses_through_the_dirty_hour_as_one_run(tmp_path: Path)
     energy = record["ranks"][0]["energy"]
     assert energy["gaps"] and energy["run"]["time_s"] == pytest.approx(
         sum(w["time_s"] for w in energy["windows"]), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_a_worker_lost_during_a_pause_resumes_from_the_pause_checkpoint_with_its_schedule(tmp_path: Path) -> None:
+    signal = _dirty_middle(tmp_path / "signal.csv")
+    run_dir = tmp_path / "run"
+    launched = subprocess.Popen(dtpo_cli("train", "--workload", "mlp", "--steps", "120", "--window-steps", "5",
+                                         "--grid-signal", str(signal), "--grid-policy", "pause", "--deadline", "8",
+                                         "--grid-replay", "450", "--max-restarts", "1", "--run-dir", str(run_dir),
+                                         "--no-report", "--no-trace"),
+                                env={**os.environ, "DTPO_STATE_DIR": str(tmp_path / "state")},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list((run_dir / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert launched.poll() is None, launched.communicate()[1][-3000:]
+    time.sleep(0.5)  # inside the pause (4 s per dirty half-hour)
+    workers = subprocess.run(["pgrep", "-P", str(launched.pid), "-f", "dtpo.workloads.train"], capture_output=True,
+                             text=True).stdout.split()
+    assert workers
+    os.kill(int(workers[-1]), signal_module.SIGKILL)
+    out, err = launched.communicate(timeout=300)
+    assert launched.returncode == 0, err[-3000:]
+    record = json.loads((run_dir / "record.json").read_text())
+    assert record["status"] == "completed" and len(record["restarts"]) == 1
+    (saved,) = [int(p.name.removeprefix("step-")) for p in (run_dir / "checkpoints").glob("step-*")
+                if int(p.name.removeprefix("step-")) == record["resumed"]["step"]]
+    section = record["ranks"][0]["grid"]
+    phases = [s["phase"] for s in section["intervals"]]
+    assert "paused" in phases and phases.index("resumed") > phases.index("paused")
+    resumed = section["intervals"][phases.index("resumed")]
+    assert resumed["from_step"] == saved  # the schedule went on from the pause's checkpoint
+    assert section["job"]["samples"] == 120 * record["ranks"][0]["steps"][0]["samples"] * 2
+    assert section["outcome"]["pauses"] >= 1

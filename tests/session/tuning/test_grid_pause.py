@@ -192,6 +192,10 @@ def test_a_resumed_run_keeps_its_start_figures_and_intervals(tmp_path: Path) -> 
     assert resumed.phase in ("run", "paused") and resumed.setting == cb.setting  # not measured again
     section = later.finish(resumed)
     assert section["intervals"][:len(state["segments"])] == state["segments"]
+    after = section["intervals"][len(state["segments"]):]
+    assert after[0]["phase"] == "resumed" and after[0]["from_step"] == 60  # steps count from the run's start
+    assert all(s["from_step"] > 60 for s in after[1:])
+    assert section["job"]["samples"] == STEPS * SAMPLES  # the whole job, as the first attempt scheduled it
     assert section["outcome"]["pauses"] == 1 and section["outcome"]["deadline_met"]
     assert section["outcome"]["finished_h"] == pytest.approx((later.now - cb.signal_clock.wall_start) * SPEEDUP
                                                              / 3600, rel=1e-6)

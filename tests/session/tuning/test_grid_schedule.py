@@ -273,6 +273,8 @@ def test_a_resumed_run_goes_on_with_the_same_schedule_without_sweeping_again(
     assert section["intervals"][:len(state["segments"])] == state["segments"]
     phases = [s["phase"] for s in section["intervals"][len(state["segments"]):]]
     assert phases[0] == "resumed" and set(phases[1:]) == {"throttle"}
+    assert section["intervals"][len(state["segments"])]["from_step"] == 120  # steps count from the run's start
+    assert section["job"]["samples"] == STEPS * 8  # the whole job, as the first attempt scheduled it
     outcome = section["outcome"]
     assert outcome["deadline_met"] and outcome["finished_h"] == pytest.approx(
         (later.now - cb.signal_clock.wall_start) * SPEEDUP / 3600, rel=1e-6)

@@ -184,6 +184,8 @@ class GridCallback(Callback):
         self._clock_mark = 0.0
         self._job_time = 0.0
         self._interval = -1
+        self._first_step = 0  # the step the schedule began at (kept across a resume): steps count from it
+        self._attempt_step = 0  # the step this process began at
         self._warned_late = False
 
     # -- start --------------------------------------------------------------------------------------------------
@@ -208,7 +210,8 @@ class GridCallback(Callback):
         self.phase = "sweep"
         self._job_time = self.signal_clock.offset_s
         self._mark()
-        self._set_limit(self.candidates[0], session, "sweep", getattr(session, "start_step", 0))
+        self._first_step = self._attempt_step = getattr(session, "start_step", 0)
+        self._set_limit(self.candidates[0], session, "sweep", 0)
 
     def _off(self, session: RunView, why: str) -> None:
         self.gpus, self.phase, self.note = [], "off", why
@@ -249,7 +252,7 @@ class GridCallback(Callback):
             self.restore()
             return
         self._add_to_segment(wall_s, joules)
-        done_steps = window.last_step + 1 - getattr(session, "start_step", 0)
+        done_steps = window.last_step + 1 - self._first_step
         if self.phase == "sweep":
             self._sweep(session, samples, joules, wall_s, window.steps, done_steps)
         elif self.phase == "restored":  # resumed from a checkpoint: the limits' figures came with it
@@ -292,7 +295,7 @@ class GridCallback(Callback):
             self.phase = "off"
             self.restore()
             return
-        start = getattr(session, "start_step", 0)
+        start = self._first_step
         clock = self.signal_clock
         assert self.config.deadline_h is not None
         self.job = GridJob((target - start) * self.samples_per_step, clock.offset_s + self.config.deadline_h * 3600,
@@ -332,11 +335,12 @@ class GridCallback(Callback):
                     log.warning("grid: %s", self.note)
         self._set_limit(self.settings[choice].power_limit_w, session, "throttle", done_steps, decision)
 
-    def _set_limit(self, watts: float, session: RunView, phase: str, from_step: int,
+    def _set_limit(self, watts: float, session: RunView, phase: str, done_steps: int,
                    decision: dict[str, Any] | None = None) -> None:
-        """Hold ``watts`` from step ``from_step`` (every rank calls it with the same figures) and open a segment of
+        """Hold ``watts`` from now, ``done_steps`` after the schedule began (every rank calls it with the same figures)
+        and open a segment of
         the record."""
-        self.segments.append(self._segment(phase, watts, from_step, decision))
+        self.segments.append(self._segment(phase, watts, done_steps, decision))
         if watts == self.applied or self.controller is None:
             self.applied = watts if self.controller is not None else self.applied
             return
@@ -351,9 +355,9 @@ class GridCallback(Callback):
             return
         self.applied = watts
 
-    def _segment(self, phase: str, watts: float, from_step: int, decision: dict[str, Any] | None = None
+    def _segment(self, phase: str, watts: float, done_steps: int, decision: dict[str, Any] | None = None
                  ) -> dict[str, Any]:
-        """A new stretch of the record, from now."""
+        """A new stretch of the record, from now (``done_steps``: steps since the schedule began)."""
         clock = self.signal_clock
         assert clock is not None and self.actual is not None
         interval = clock.job_interval(self._job_time)
@@ -361,7 +365,7 @@ class GridCallback(Callback):
         segment: dict[str, Any] = {
             "interval": clock.anchor + interval, "start": when.isoformat(), "phase": phase,
             "signal": float(values_from(self.actual, clock.interval_start(interval), 1)[0]),
-            "power_limit_w": watts, "from_step": from_step, "seconds": 0.0, "energy_j": 0.0}
+            "power_limit_w": watts, "from_step": self._first_step + done_steps, "seconds": 0.0, "energy_j": 0.0}
         if decision is not None:
             segment["decision"] = decision
         return segment
@@ -452,7 +456,7 @@ class GridCallback(Callback):
         return {"wall_start": None if clock is None else clock.wall_start, "phase": self.phase,
                 "settings": [[s.power_limit_w, s.time_per_sample_s, s.energy_per_sample_j] for s in self.settings],
                 "steps_measured": list(self.steps_measured), "samples_per_step": self.samples_per_step,
-                "segments": [dict(s) for s in self.segments], "note": self.note}
+                "segments": [dict(s) for s in self.segments], "note": self.note, "first_step": self._first_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on with the checkpointed schedule (after :meth:`on_train_start` read the signal and began the sweep):
@@ -463,16 +467,19 @@ class GridCallback(Callback):
         self._job_time = self.signal_clock.job_time_s(self.clock())
         self.segments = [dict(s) for s in state.get("segments") or []]
         self.note = str(state.get("note", ""))
+        self._first_step = int(state.get("first_step", self._first_step))
         settings = state.get("settings") or []
         if state.get("phase") != "throttle" or len(settings) != len(self.candidates):
-            self.segments.append(self._segment("sweep", self.applied or self.candidates[0], 0))
+            self.segments.append(self._segment("sweep", self.applied or self.candidates[0],
+                                               self._attempt_step - self._first_step))
             return  # the sweep had not ended: it starts again
         self.settings = [GridSetting(f"{w:g} W", float(w), float(t), float(e)) for w, t, e in settings]
         self.steps_measured = [int(n) for n in state.get("steps_measured") or []]
         self.samples_per_step = float(state["samples_per_step"])
         self.phase = "restored"  # the next window end schedules the rest of the job on the restored figures
         self._interval = -1
-        self.segments.append(self._segment("resumed", self.applied or self.candidates[0], 0))
+        self.segments.append(self._segment("resumed", self.applied or self.candidates[0],
+                                           self._attempt_step - self._first_step))
 
     def restore(self) -> None:
         """Put the GPUs' original limits back (idempotent)."""

@@ -90,7 +90,8 @@ class GridPauseCallback(Callback):
         self._block = [0.0, 0.0, 0.0, 0]  # measuring: samples, joules, wall seconds, steps
         self._clock_mark = 0.0
         self._job_time = 0.0
-        self._start_step = 0
+        self._first_step = 0  # the step the schedule began at (kept across a resume): steps count from it
+        self._attempt_step = 0  # the step this process began at
         self._interval = -1
         self._resume_s = 0.0  # signal seconds: the last pause's checkpoint save
         self._forecast_values: Any = None
@@ -104,10 +105,10 @@ class GridPauseCallback(Callback):
         self.actual, self.forecast, self.decided_on = decision_signals(Path(self.config.signal))
         self.signal_clock = SignalClock(self.actual, shared_min(session, self.clock()), self.config.replay)
         self._job_time = self.signal_clock.offset_s
-        self._start_step = getattr(session, "start_step", 0)
+        self._first_step = self._attempt_step = getattr(session, "start_step", 0)
         self.phase = "measure"
         self._clock_mark = self.clock()
-        self._open_segment("measure", self._start_step)
+        self._open_segment("measure", 0)
 
     def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
         """Warm-up steps are not measured: windows start after them."""
@@ -132,7 +133,7 @@ class GridPauseCallback(Callback):
             self.energy_source = "not measured" if not measured else \
                 "estimated (modelled devices)" if estimated else "measured"
         self._add(wall_s, energy)
-        done_steps = window.last_step + 1 - getattr(session, "start_step", 0)
+        done_steps = window.last_step + 1 - self._first_step
         if self.phase == "measure":
             self._measure(session, samples, energy, wall_s, window.steps, done_steps)
         elif self.phase == "restored":  # resumed from a checkpoint: the figures came with it
@@ -166,7 +167,7 @@ class GridPauseCallback(Callback):
         if target is None:
             self._stop("the run's length is unknown (no steps=... given to batches()): it was not paused")
             return
-        start = getattr(session, "start_step", 0)
+        start = self._first_step
         clock = self.signal_clock
         assert clock is not None and self.forecast is not None and self.config.deadline_h is not None
         self.job = GridJob((target - start) * self.samples_per_step, clock.offset_s + self.config.deadline_h * 3600,
@@ -234,7 +235,8 @@ class GridPauseCallback(Callback):
             if saved_s is not None:
                 self._resume_s = saved_s * speedup
             if session.rank == 0:
-                log.info("grid: paused at step %d: the forecast %.4g is above the threshold %.4g", done_steps,
+                log.info("grid: paused at step %d: the forecast %.4g is above the threshold %.4g",
+                         self._first_step + done_steps,
                          float(self._forecast_values[interval]), policy_threshold(decision))
         until = clock.wall_start + ((interval + 1) * clock.signal.interval_s - clock.offset_s) / speedup
         while (left := until - self.clock()) > 0:
@@ -260,7 +262,8 @@ class GridPauseCallback(Callback):
         session.save_checkpoint()  # type: ignore[attr-defined]
         return time.monotonic() - started
 
-    def _open_segment(self, phase: str, from_step: int, decision: dict[str, Any] | None = None) -> None:
+    def _open_segment(self, phase: str, done_steps: int, decision: dict[str, Any] | None = None) -> None:
+        """A new stretch of the record, from now (``done_steps``: steps since the schedule began)."""
         clock, actual = self.signal_clock, self.actual
         assert clock is not None and actual is not None
         interval = clock.job_interval(self._job_time)
@@ -268,7 +271,7 @@ class GridPauseCallback(Callback):
             "interval": clock.anchor + interval,
             "start": (clock.interval_start(0) + timedelta(seconds=self._job_time)).isoformat(), "phase": phase,
             "signal": float(values_from(actual, clock.interval_start(interval), 1)[0]), "power_limit_w": None,
-            "from_step": from_step, "seconds": 0.0, "energy_j": 0.0}
+            "from_step": self._first_step + done_steps, "seconds": 0.0, "energy_j": 0.0}
         if decision is not None:
             segment["decision"] = decision
         self.segments.append(segment)
@@ -284,7 +287,7 @@ class GridPauseCallback(Callback):
                                                               self.setting.energy_per_sample_j],
                 "steps_measured": self.steps_measured, "samples_per_step": self.samples_per_step,
                 "segments": [dict(s) for s in self.segments], "pauses": self.pauses, "resume_s": self._resume_s,
-                "energy_source": self.energy_source, "note": self.note}
+                "energy_source": self.energy_source, "note": self.note, "first_step": self._first_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Go on with the checkpointed schedule (after :meth:`on_train_start` read the signal): the deadline still
@@ -295,6 +298,7 @@ class GridPauseCallback(Callback):
         self.segments = [dict(s) for s in state.get("segments") or []]
         self.pauses, self._resume_s = int(state.get("pauses", 0)), float(state.get("resume_s", 0.0))
         self.energy_source, self.note = str(state.get("energy_source", "")), str(state.get("note", ""))
+        self._first_step = int(state.get("first_step", self._first_step))
         self._job_time = self.signal_clock.job_time_s(self.clock())
         if state.get("setting") is None or state.get("phase") == "off":
             return
@@ -304,7 +308,7 @@ class GridPauseCallback(Callback):
         self.phase = "restored"  # the next window end schedules the rest of the job on the restored figures
         self._interval = -1
         self._clock_mark = self.clock()
-        self._open_segment("resumed", self._start_step)
+        self._open_segment("resumed", self._attempt_step - self._first_step)
 
     # -- end -----------------------------------------------------------------------------------------------------
 
