@@ -53,7 +53,8 @@ from dtpo.session.tuning.gpu_knobs import ranks_agree_on_limits
 from dtpo.tune.cost import JOULES_PER_KWH
 from dtpo.tune.grid_policy import GridJob, GridSetting, Throttle, blind_plan, replay
 
-__all__ = ["GridCallback", "SignalClock", "decision_signals", "shared", "shared_min", "sweep_limits"]
+__all__ = ["GridCallback", "SignalClock", "against_blind", "decision_signals", "shared", "shared_min", "signal_section",
+           "sweep_limits"]
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,35 @@ def values_from(signal: GridSignal, first: datetime, count: int) -> np.ndarray:
     the signal's end)."""
     start = signal.index_at(first)
     return np.array([float(signal.values[min(max(start + k, 0), len(signal) - 1)]) for k in range(count)])
+
+
+def signal_section(actual: GridSignal | None, clock: SignalClock | None, decided_on: str, replay: float | None,
+                   job_time_s: float) -> dict[str, Any]:
+    """The ``signal`` of a record's ``grid`` section: what the signal is, and its accounted values over the
+    intervals the run spanned (up to ``job_time_s``), from the start of the one it started in."""
+    if actual is None:
+        return {}
+    signal: dict[str, Any] = {"source": actual.source, "unit": actual.unit, "kind": actual.kind,
+                              "interval_s": actual.interval_s, "decided_on": decided_on, "replay": replay}
+    if clock is not None:
+        signal["start"] = clock.run_start.isoformat()
+        signal["values_from"] = clock.interval_start(0).isoformat()
+        count = clock.job_interval(job_time_s) + 1
+        signal["values"] = [float(v) for v in values_from(actual, clock.interval_start(0), count)]
+    return signal
+
+
+def against_blind(policy: str, plan: list[int], settings: list[GridSetting], job: GridJob, default: int,
+                  actual: GridSignal, clock: SignalClock, note: str) -> dict[str, Any]:
+    """The ``estimated`` part of a ``grid`` section's outcome: ``plan`` (an action per interval from the anchor) and
+    a signal-blind run at ``settings[default]``, both replayed on the measured figures and the actual signal."""
+    blind = blind_plan(settings, job, default)
+    count = max(len(plan), len(blind), job.intervals)
+    values = values_from(actual, clock.interval_start(0), count)
+    ours, theirs = replay(policy, plan, settings, job, values), replay("blind", blind, settings, job, values)
+    return {"cost": ours.cost, "blind_cost": theirs.cost, "energy_j": ours.energy_j,
+            "blind_energy_j": theirs.energy_j, "saving": 1 - ours.cost / theirs.cost if theirs.cost > 0 else 0.0,
+            "blind_finished_h": theirs.time_s / 3600 if math.isfinite(theirs.time_s) else None, "note": note}
 
 
 class GridCallback(Callback):
@@ -389,16 +419,8 @@ class GridCallback(Callback):
 
     def section(self) -> GridSection:
         """The record's ``grid`` section as things stand."""
-        config, actual, clock = self.config, self.actual, self.signal_clock
-        signal: dict[str, Any] = {}
-        if actual is not None:
-            signal = {"source": actual.source, "unit": actual.unit, "kind": actual.kind,
-                      "interval_s": actual.interval_s, "decided_on": self.decided_on, "replay": config.replay}
-        if clock is not None and actual is not None:
-            count = clock.job_interval(self._job_time) + 1
-            signal["start"] = clock.run_start.isoformat()
-            signal["values_from"] = clock.interval_start(0).isoformat()  # the start of the first value's interval
-            signal["values"] = [float(v) for v in values_from(actual, clock.interval_start(0), count)]
+        config = self.config
+        signal = signal_section(self.actual, self.signal_clock, self.decided_on, config.replay, self._job_time)
         estimated = any(gpu.info.estimated for gpu in self.gpus)
         settings = [{"power_limit_w": s.power_limit_w, "time_per_sample_s": s.time_per_sample_s,
                      "energy_per_sample_j": s.energy_per_sample_j, "steps": steps}
@@ -438,16 +460,9 @@ class GridCallback(Callback):
         plan = [index[max(held[k], key=held[k].get)] if k in held else index[settings[0].power_limit_w]
                 for k in range(max(held) + 1)]
         default = max(range(len(settings)), key=lambda i: settings[i].power_limit_w)
-        blind = blind_plan(settings, job, default)
-        count = max(len(plan), len(blind), job.intervals)
-        values = values_from(self.actual, self.signal_clock.interval_start(0), count)
-        ours, theirs = replay("throttle", plan, settings, job, values), replay("blind", blind, settings, job, values)
-        return {"cost": ours.cost, "blind_cost": theirs.cost, "energy_j": ours.energy_j,
-                "blind_energy_j": theirs.energy_j,
-                "saving": 1 - ours.cost / theirs.cost if theirs.cost > 0 else 0.0,
-                "blind_finished_h": theirs.time_s / 3600 if math.isfinite(theirs.time_s) else None,
-                "note": "estimated: the limits held and a signal-blind run at the maximum limit replayed on the "
-                        "measured per-setting figures and the actual signal"}
+        return against_blind("throttle", plan, settings, job, default, self.actual, self.signal_clock,
+                             "estimated: the limits held and a signal-blind run at the maximum limit replayed on the "
+                             "measured per-setting figures and the actual signal")
 
     def state_dict(self) -> dict[str, Any]:
         """What a resumed run needs to go on as the same schedule: the run's start in the signal, the limits'

@@ -42,9 +42,18 @@ from dtpo.core.steps import RunView, Window
 from dtpo.core.tuner_status import ClockLock, TunerState
 from dtpo.distributed.heartbeat import HeartbeatWriter
 from dtpo.energy.grid_signal import GridSignal
-from dtpo.session.tuning.grid import MIN_SWEEP_S, SignalClock, decision_signals, shared, shared_min, values_from
+from dtpo.session.tuning.grid import (
+    MIN_SWEEP_S,
+    SignalClock,
+    against_blind,
+    decision_signals,
+    shared,
+    shared_min,
+    signal_section,
+    values_from,
+)
 from dtpo.tune.cost import JOULES_PER_KWH
-from dtpo.tune.grid_policy import PAUSE, GridJob, GridSetting, PauseWhenDirty, blind_plan, replay
+from dtpo.tune.grid_policy import PAUSE, GridJob, GridSetting, PauseWhenDirty
 
 __all__ = ["GridPauseCallback"]
 
@@ -322,16 +331,8 @@ class GridPauseCallback(Callback):
 
     def section(self) -> GridSection:
         """The record's ``grid`` section as things stand."""
-        config, actual, clock = self.config, self.actual, self.signal_clock
-        signal: dict[str, Any] = {}
-        if actual is not None:
-            signal = {"source": actual.source, "unit": actual.unit, "kind": actual.kind,
-                      "interval_s": actual.interval_s, "decided_on": self.decided_on, "replay": config.replay}
-        if clock is not None and actual is not None:
-            count = clock.job_interval(self._job_time) + 1
-            signal["start"] = clock.run_start.isoformat()
-            signal["values_from"] = clock.interval_start(0).isoformat()  # the start of the first value's interval
-            signal["values"] = [float(v) for v in values_from(actual, clock.interval_start(0), count)]
+        config = self.config
+        signal = signal_section(self.actual, self.signal_clock, self.decided_on, config.replay, self._job_time)
         settings = [] if self.setting is None else [
             {"name": RUNNING, "power_limit_w": None, "time_per_sample_s": self.setting.time_per_sample_s,
              "energy_per_sample_j": self.setting.energy_per_sample_j, "steps": self.steps_measured}]
@@ -371,17 +372,9 @@ class GridPauseCallback(Callback):
                 held[k][segment["phase"]] += segment["seconds"]
         plan = [(PAUSE if max(held[k], key=held[k].get) == "paused" else 0) if k in held else 0
                 for k in range(max(held, default=0) + 1)]
-        blind = blind_plan([setting], job, 0)
-        count = max(len(plan), len(blind), job.intervals)
-        values = values_from(actual, clock.interval_start(0), count)
-        ours = replay("pause", plan, [setting], job, values)
-        theirs = replay("blind", blind, [setting], job, values)
-        return {"cost": ours.cost, "blind_cost": theirs.cost, "energy_j": ours.energy_j,
-                "blind_energy_j": theirs.energy_j,
-                "saving": 1 - ours.cost / theirs.cost if theirs.cost > 0 else 0.0,
-                "blind_finished_h": theirs.time_s / 3600 if math.isfinite(theirs.time_s) else None,
-                "note": "estimated: the intervals run and paused and a signal-blind run replayed on the run's "
-                        "measured figures and the actual signal, pauses at no energy"}
+        return against_blind("pause", plan, [setting], job, 0, actual, clock,
+                             "estimated: the intervals run and paused and a signal-blind run replayed on the run's "
+                             "measured figures and the actual signal, pauses at no energy")
 
     def tuner_state(self) -> TunerState:
         """``grid`` is ``off``, ``measure``, ``run`` or ``paused``."""
