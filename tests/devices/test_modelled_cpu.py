@@ -68,3 +68,37 @@ def test_dram_is_constant_power_and_estimated() -> None:
     t[0] = 10.0
     assert dram.energy_j() == pytest.approx(16 * 0.375 * 10)
     assert dram.info.estimated and dram.info.kind == "dram"
+
+
+def test_reads_within_a_clock_tick_reuse_the_last_power_and_the_next_read_catches_up() -> None:
+    host = FakeHost()
+    reads = []
+
+    def times() -> tuple[int, int]:
+        reads.append(host.t)
+        return host.times()
+
+    cpu = ModelledCpu(n_cpus=4, read_times=times, clock=lambda: host.t, model="Test CPU", cpu_tdp_w=100.0,
+                      min_read_interval_s=0.01)
+    host.run(1, 0.0)
+    idle = cpu.energy_j()  # a read: the power of an idle second
+    assert idle == pytest.approx(100 * IDLE_SHARE)
+    opened = len(reads)
+    host.t += 0.004  # within one tick of that read: no read, the energy grows at the idle power
+    within = cpu.energy_j()
+    assert len(reads) == opened and within == pytest.approx(idle + 100 * IDLE_SHARE * 0.004)
+    host.run(1, 1.0)  # a busy second: read again, its load applied to the time not yet counted
+    busy = cpu.energy_j()
+    assert len(reads) == opened + 1 and busy > within
+    assert busy == pytest.approx(within + 100 * (IDLE_SHARE + (1 - IDLE_SHARE) * 1.0) * 1.0, rel=0.01)
+
+
+def test_a_zero_interval_reads_every_time() -> None:
+    host = FakeHost()
+    calls = []
+    cpu = ModelledCpu(n_cpus=4, read_times=lambda: calls.append(1) or host.times(), clock=lambda: host.t,
+                      model="Test CPU", min_read_interval_s=0.0)
+    for _ in range(3):
+        host.t += 0.001
+        cpu.energy_j()
+    assert len(calls) == 4  # the reading at construction, then every call

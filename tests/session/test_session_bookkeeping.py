@@ -101,3 +101,40 @@ def test_a_run_that_ends_in_its_warm_up_records_no_bookkeeping(tmp_path: Path) -
     record = session.finish()
     assert record is not None and record.ranks[0].bookkeeping_s_per_step is None
     assert "bookkeeping_s_per_step" not in record.ranks[0].to_dict()
+
+
+def test_the_session_does_not_keep_the_loss_graph_alive(tmp_path: Path) -> None:
+    """The Session reads the loss at the step's end from a detached copy: the autograd graph is freed where the
+    loop lets go of the loss (in the user's code, as in a plain loop), not inside the Session's counted code."""
+    import weakref
+
+    class Marker:
+        """Lives as long as the graph node that holds it."""
+
+    class Tagged(torch.autograd.Function):
+        """The identity, with a marker on its graph node."""
+
+        @staticmethod
+        def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+            ctx.marker = Marker()
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad
+
+    session = dtpo.Session(energy=False, progress=False, summary=False, count_flops=False, warmup_steps=0,
+                           run_dir=tmp_path / "run")
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+    for bx, by in session.batches(iter([(x, y)] * 2)):
+        loss = F.cross_entropy(Tagged.apply(model(bx)), by)
+        graph = weakref.ref(loss.grad_fn.next_functions[0][0].next_functions[0][0].marker)
+        session.backward(loss)
+        expected = loss.item()
+        del loss
+        assert graph() is None  # nothing in the Session holds the graph between backward and step
+        session.step(opt)
+        assert session.rank_record.steps[-1].loss == expected
+    session.finish()

@@ -41,6 +41,9 @@ class StepStream:
         self._listeners: dict[str, list[Any]] = {}
         self._listeners_of: list[Callback] | None = None
         self._listened = 0
+        # the per-step hooks' listeners, read without a lookup by name (they run at every step)
+        self._step_begin: list[Any] = []
+        self._step_end: list[Any] = []
 
     @property
     def open_steps(self) -> int:
@@ -58,14 +61,25 @@ class StepStream:
 
     def step_begin(self, step: int) -> None:
         """Step ``step`` begins."""
-        self.dispatch("on_step_begin", step)
+        callbacks = self.callbacks
+        if callbacks is not self._listeners_of or len(callbacks) != self._listened:
+            self._refresh()
+        host = self.host
+        for method in self._step_begin:
+            method(host, step)
 
     def step_end(self, record: StepRecord) -> None:
         """A step ended: tell the callbacks, and close the window when it is full."""
-        self.dispatch("on_step_end", record)
+        callbacks = self.callbacks
+        if callbacks is not self._listeners_of or len(callbacks) != self._listened:
+            self._refresh()
+        host = self.host
+        for method in self._step_end:
+            method(host, record)
         if not record.warmup:
-            self._open.append(record)
-            if len(self._open) >= self.window_steps:
+            steps = self._open
+            steps.append(record)
+            if len(steps) >= self.window_steps:
                 self.close_window()
 
     def close_window(self) -> None:
@@ -73,10 +87,10 @@ class StepStream:
         steps, self._open = self._open, []
         if not steps:
             return
-        times = sorted(s.step_s for s in steps)
+        times = sorted([s.step_s for s in steps])
         window = Window(index=self.windows, first_step=steps[0].step, last_step=steps[-1].step,
-                        time_s=sum(times), samples=sum(s.samples for s in steps), step_time_s=times[len(times) // 2],
-                        settings=self.settings())
+                        time_s=sum(times), samples=sum([s.samples for s in steps]),
+                        step_time_s=times[len(times) // 2], settings=self.settings())
         self.windows += 1
         self.dispatch("on_window_end", window)
 
@@ -96,10 +110,16 @@ class StepStream:
         """Call ``hook`` on the callbacks that implement it, in list order."""
         listeners = self._listeners.get(hook)
         if listeners is None or self._listeners_of is not self.callbacks or len(self.callbacks) != self._listened:
-            self._listeners = {name: [getattr(cb, name) for cb in self.callbacks
-                                      if getattr(type(cb), name, None) is not getattr(Callback, name)]
-                               for name in HOOKS}
-            self._listeners_of, self._listened = self.callbacks, len(self.callbacks)
-            listeners = self._listeners[hook]
+            listeners = self._refresh()[hook]
         for method in listeners:
             method(self.host, *args)
+
+    def _refresh(self) -> dict[str, list[Any]]:
+        """Find again which callbacks implement each hook (the list, or its length, changed)."""
+        callbacks = self.callbacks
+        self._listeners = {name: [getattr(cb, name) for cb in callbacks
+                                  if getattr(type(cb), name, None) is not getattr(Callback, name)]
+                           for name in HOOKS}
+        self._listeners_of, self._listened = callbacks, len(callbacks)
+        self._step_begin, self._step_end = self._listeners["on_step_begin"], self._listeners["on_step_end"]
+        return self._listeners

@@ -377,7 +377,7 @@ class Session(StreamProducer):
                 counting = bookkeeping.counting
                 # no-sync / FLOP counting contexts only with accumulation or on the first step (FLOPs counted)
                 micro_contexts = switches.grad_accum > 1 or step == start
-                stream.dispatch("on_step_begin", step)
+                stream.step_begin(step)
             else:
                 counting = bookkeeping.counting
                 if counting:
@@ -439,8 +439,8 @@ class Session(StreamProducer):
             if self._sync_ctx is not None or self._flop_mode is not None:
                 self._exit_micro_step()
         timer.backward_finished(last)
-        if accum == 1:  # read once, at the step's end: no copy (the graph is gone, and the loop holds it till then)
-            self._loss = loss
+        if accum == 1:  # read at the step's end; detached, so the graph dies where the loop drops the loss (as in a
+            self._loss = loss.detach()  # plain loop), not when the Session would let go of it, inside its own code
         else:  # the step's loss: the mean of its micro-batches'
             summed = self._loss if self._micro > 0 and self._loss is not None else None
             self._loss = loss.detach() if summed is None else summed + loss.detach()

@@ -47,6 +47,7 @@ class EnergyCallback(Callback):
         self._run: WindowMeasurement | None = None
         self._closed = False
         self._gaps: list[WindowMeasurement] = []  # spans between windows kept out of the run (grid pauses)
+        self._live_section = False  # this rank's record carries the live energy section
 
     def on_step_begin(self, session: RunView, step: int) -> None:
         """Open the run window at the start of the first measured step."""
@@ -64,12 +65,19 @@ class EnergyCallback(Callback):
         assert start is not None  # set when the run window opened
         measured = self.monitor.measure(CURRENT_WINDOW, start, snap)
         self._boundary = snap
-        window.energy_j = dict(measured.energy_j)
-        window.sources = dict(measured.sources)
-        window.estimated = measured.estimated
-        self.windows.append({"first_step": window.first_step, "last_step": window.last_step, **measured.to_dict()})
-        if session.rank_record.energy is None:  # partial records written from now on carry the windows
-            session.rank_record.energy = self.section(live=True)
+        energy, sources = measured.energy_j, measured.sources
+        window.energy_j = dict(energy)
+        window.sources = dict(sources)
+        window.estimated = estimated = measured.estimated
+        # measured.to_dict() after the steps, written out: one dict made instead of two (this runs every window)
+        self.windows.append({"first_step": window.first_step, "last_step": window.last_step, "name": measured.name,
+                             "time_s": measured.time_s, "energy_j": energy, "total_j": sum(energy.values()),
+                             "sources": sources, "estimated": estimated, "lost": list(measured.lost)})
+        if not self._live_section:  # partial records written from now on carry the windows
+            rank = session.rank_record
+            if rank.energy is None:
+                rank.energy = self.section(live=True)
+            self._live_section = True
 
     def skip_gap(self) -> WindowMeasurement | None:
         """Keep the time since the last window ended out of the run (a pause between windows, its checkpoint

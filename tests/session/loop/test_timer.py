@@ -1,0 +1,74 @@
+"""The step timer's record: the same whichever way it is built (by position where the record's fields allow, by
+name otherwise), and the same on a host clock as through the clock's own ``seconds``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dtpo.session.loop import timer as timer_module
+from dtpo.session.loop.clock import CpuClock
+from dtpo.session.loop.timer import StepTimer
+
+
+class Marks:
+    """A host clock whose marks the test sets: each mark is the next value of a list."""
+
+    def __init__(self, marks: list[float]) -> None:
+        self._marks = iter(marks)
+
+    def mark(self) -> float:
+        return next(self._marks)
+
+    def seconds(self, start: Any, end: Any) -> float:
+        return end - start
+
+    def settle(self) -> None:
+        pass
+
+
+def _one_step(timer: StepTimer) -> Any:
+    timer.batch_requested(True)  # 0.0
+    timer.batch_arrived(8)  # 0.5
+    timer.backward_starting()
+    timer.backward_finished(True)  # 2.0
+    return timer.close(3, False, 2.75, 1.5)
+
+
+@pytest.mark.parametrize("positional", [True, False])
+def test_close_gives_the_same_record_by_position_or_by_name(monkeypatch: pytest.MonkeyPatch,
+                                                            positional: bool) -> None:
+    monkeypatch.setattr(timer_module, "_POSITIONAL", positional)
+    record = _one_step(StepTimer(Marks([0.0, 0.5, 2.0]), None, tail_measured=True, distributed=False))
+    assert (record.step, record.warmup, record.samples, record.loss) == (3, False, 8, 1.5)
+    assert record.step_s == pytest.approx(2.75) and record.data_wait_s == pytest.approx(0.5)
+    assert record.compute_s == pytest.approx(1.5) and record.optimizer_s == pytest.approx(0.75)
+    assert record.tail_s == 0.0 and record.comm_exposed_s == 0.0 and record.sync_wait_s == 0.0
+    assert record.tokens is None and record.started_at is not None
+
+
+def test_host_clock_and_generic_clock_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    marks = [10.0, 10.25, 11.0]
+    host = CpuClock()
+    values = iter(marks)
+    monkeypatch.setattr(host, "mark", lambda: next(values))
+    on_host = _one_step(StepTimer(host, None, tail_measured=False, distributed=True))
+    generic = _one_step(StepTimer(Marks(marks), None, tail_measured=False, distributed=True))
+    assert {k: v for k, v in vars(on_host).items() if k != "started_at"} == \
+        {k: v for k, v in vars(generic).items() if k != "started_at"}
+    assert on_host.tail_s is None and on_host.comm_exposed_s is None  # several ranks, no bucket timing
+
+
+def test_close_resets_for_the_next_step() -> None:
+    timer = StepTimer(Marks([0.0, 0.5, 2.0, 3.0, 3.5, 4.0]), None, tail_measured=True, distributed=False)
+    _one_step(timer)
+    assert timer.step_start is None and timer.batch_ready is None and not timer.backward_done
+    assert timer.data_marks == [] and timer.compute_marks == [] and timer.samples == 0
+    second = timer_module.StepTimer.close  # the same timer serves the next step
+    timer.batch_requested(True)
+    timer.batch_arrived(4)
+    timer.backward_starting()
+    timer.backward_finished(True)
+    record = second(timer, 4, False, 4.5, None)
+    assert record.samples == 4 and record.step_s == pytest.approx(1.5)
