@@ -152,6 +152,10 @@ def test_it_pauses_while_dirty_resumes_when_clean_and_meets_the_deadline(tmp_pat
     estimate = outcome["estimated"]
     assert estimate["note"].startswith("estimated") and estimate["cost"] < estimate["blind_cost"]
     assert 0 < estimate["saving"] < 1
+    # the replay charges the pauses what they measured (idle devices are not free)
+    work_j = STEPS * SAMPLES * setting["energy_per_sample_j"]
+    assert estimate["energy_j"] == pytest.approx(work_j + outcome["paused_energy_j"], rel=1e-3)
+    assert estimate["blind_energy_j"] == pytest.approx(work_j, rel=1e-3)
 
 
 def test_without_slack_it_never_pauses(tmp_path: Path) -> None:

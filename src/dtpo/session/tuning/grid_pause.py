@@ -361,7 +361,7 @@ class GridPauseCallback(Callback):
 
     def _against_blind(self) -> dict[str, Any]:
         """The intervals run and paused, and a signal-blind run, both replayed on the measured figures and the actual
-        signal from the anchor interval (pauses at no energy): an estimate."""
+        signal from the anchor interval, the pauses charged their measured (idle) energy: an estimate."""
         clock, job, setting, actual = self.signal_clock, self.job, self.setting, self.actual
         assert clock is not None and job is not None and setting is not None and actual is not None
         held: dict[int, dict[str, float]] = {}
@@ -372,9 +372,14 @@ class GridPauseCallback(Callback):
                 held[k][segment["phase"]] += segment["seconds"]
         plan = [(PAUSE if max(held[k], key=held[k].get) == "paused" else 0) if k in held else 0
                 for k in range(max(held, default=0) + 1)]
-        return against_blind("pause", plan, [setting], job, 0, actual, clock,
-                             "estimated: the intervals run and paused and a signal-blind run replayed on the run's "
-                             "measured figures and the actual signal, pauses at no energy")
+        out = against_blind("pause", plan, [setting], job, 0, actual, clock,
+                            "estimated: the intervals run and paused and a signal-blind run replayed on the run's "
+                            "measured figures and the actual signal; the pauses at their measured energy")
+        paused = [s for s in self.segments if s["phase"] == "paused"]  # the devices idle: not free
+        out["energy_j"] += sum(s["energy_j"] for s in paused)
+        out["cost"] += sum(s["energy_j"] / JOULES_PER_KWH * s["signal"] for s in paused)
+        out["saving"] = 1 - out["cost"] / out["blind_cost"] if out["blind_cost"] > 0 else 0.0
+        return out
 
     def tuner_state(self) -> TunerState:
         """``grid`` is ``off``, ``measure``, ``run`` or ``paused``."""

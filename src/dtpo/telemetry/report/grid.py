@@ -49,8 +49,8 @@ def grid_svg(section: GridSection) -> str | None:
     def draw(fig: Figure) -> None:
         top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(1.4, 1))
         xs = [anchor_start_h + k * interval_h for k in range(len(values) + 1)]
-        top.stairs(values, xs, color=GREY, lw=1.3, label=f"signal ({section.signal.get('decided_on', '')} "
-                   "decided on; actual drawn)")
+        decided = "; decisions on its forecast" if section.signal.get("decided_on") == "forecast" else ""
+        top.stairs(values, xs, color=GREY, lw=1.3, label=f"signal (actual values{decided})")
         thresholds = [(b, e, s["decision"]["threshold"]) for b, e, s in stretches
                       if s.get("decision") and s["decision"].get("threshold") is not None]
         for i, (b, e, value) in enumerate(thresholds):
