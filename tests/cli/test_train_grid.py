@@ -118,19 +118,21 @@ def test_on_virtual_gpus_the_limit_follows_throttle_and_comes_back(tmp_path: Pat
 
 
 def _dirty_middle(path: Path) -> Path:
-    """Half-hour intervals from 2024-01-01: clean, dirty for an hour, then clean for the rest of a day."""
-    values = [100] + [400] * 2 + [100] * 45
+    """Half-hour intervals from 2024-01-01: clean, very dirty for half an hour, then clean for the rest of a day (a
+    CPU's modelled power idle is most of its power busy: only a dirty interval 40x the clean ones pays for holding
+    still through it)."""
+    values = [100, 4000] + [100] * 46
     lines = ["time,value"] + [f"2024-01-01T{k // 2:02d}:{30 * (k % 2):02d}Z,{v}" for k, v in enumerate(values)]
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
 @pytest.mark.slow
-def test_on_cpu_the_run_pauses_through_the_dirty_hour_as_one_run(tmp_path: Path) -> None:
-    # 450 signal seconds per wall second: each dirty half-hour is a 4 s pause, longer than the stall floor (3 s)
+def test_on_cpu_the_run_pauses_through_the_dirty_interval_as_one_run(tmp_path: Path) -> None:
+    # 450 signal seconds per wall second: the dirty half-hour is a 4 s pause, longer than the stall floor (3 s)
     signal = _dirty_middle(tmp_path / "signal.csv")
     run_dir = tmp_path / "run"
-    done = subprocess.run(dtpo_cli("train", "--workload", "mlp", "--steps", "120", "--window-steps", "5",
+    done = subprocess.run(dtpo_cli("train", "--workload", "mlp", "--steps", "160", "--window-steps", "5",
                                    "--grid-signal", str(signal), "--grid-policy", "pause", "--deadline", "6",
                                    "--grid-replay", "450", "--stall-floor", "3", "--run-dir", str(run_dir),
                                    "--no-report", "--no-trace"),
@@ -144,8 +146,8 @@ def test_on_cpu_the_run_pauses_through_the_dirty_hour_as_one_run(tmp_path: Path)
     phases = [[(s["interval"], s["phase"]) for s in section["intervals"]] for section in sections]
     assert phases[0] == phases[1]  # every rank paused and resumed together
     paused = {k for k, phase in phases[0] if phase == "paused"}
-    assert paused and paused <= {1, 2}  # only while dirty
-    assert all(phase != "paused" for k, phase in phases[0] if k not in (1, 2))
+    assert paused == {1}  # only while dirty
+    assert all(phase != "paused" for k, phase in phases[0] if k != 1)
     outcome = sections[0]["outcome"]
     assert outcome["pauses"] == 1 and outcome["deadline_met"] and outcome["paused_energy_j"] > 0
     # the pause saved a checkpoint in the run directory, and its time stays out of the run's measured time
@@ -159,7 +161,7 @@ def test_on_cpu_the_run_pauses_through_the_dirty_hour_as_one_run(tmp_path: Path)
 def test_a_worker_lost_during_a_pause_resumes_from_the_pause_checkpoint_with_its_schedule(tmp_path: Path) -> None:
     signal = _dirty_middle(tmp_path / "signal.csv")
     run_dir = tmp_path / "run"
-    launched = subprocess.Popen(dtpo_cli("train", "--workload", "mlp", "--steps", "120", "--window-steps", "5",
+    launched = subprocess.Popen(dtpo_cli("train", "--workload", "mlp", "--steps", "160", "--window-steps", "5",
                                          "--grid-signal", str(signal), "--grid-policy", "pause", "--deadline", "8",
                                          "--grid-replay", "450", "--max-restarts", "1", "--run-dir", str(run_dir),
                                          "--no-report", "--no-trace"),
@@ -169,7 +171,7 @@ def test_a_worker_lost_during_a_pause_resumes_from_the_pause_checkpoint_with_its
     while not list((run_dir / "checkpoints").glob("step-*")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert launched.poll() is None, launched.communicate()[1][-3000:]
-    time.sleep(0.5)  # inside the pause (4 s per dirty half-hour)
+    time.sleep(0.5)  # inside the pause (4 s for the dirty half-hour)
     workers = subprocess.run(["pgrep", "-P", str(launched.pid), "-f", "dtpo.workloads.train"], capture_output=True,
                              text=True).stdout.split()
     assert workers
@@ -185,5 +187,5 @@ def test_a_worker_lost_during_a_pause_resumes_from_the_pause_checkpoint_with_its
     assert "paused" in phases and phases.index("resumed") > phases.index("paused")
     resumed = section["intervals"][phases.index("resumed")]
     assert resumed["from_step"] == saved  # the schedule went on from the pause's checkpoint
-    assert section["job"]["samples"] == 120 * record["ranks"][0]["steps"][0]["samples"] * 2
+    assert section["job"]["samples"] == 160 * record["ranks"][0]["steps"][0]["samples"] * 2
     assert section["outcome"]["pauses"] >= 1

@@ -133,3 +133,20 @@ def test_pause_on_a_perfect_forecast_is_near_its_oracle() -> None:
     blind = replay("blind", blind_plan(SETTINGS, j, 0), SETTINGS, j, signal)
     assert outcome.finished and best.cost < 0.95 * blind.cost
     assert blind.cost - outcome.cost >= 0.95 * (blind.cost - best.cost)
+
+
+def test_a_pause_that_holds_the_devices_pays_their_idle_power() -> None:
+    signal = np.array([400.0, 400.0, 50.0, 50.0, 60.0])
+    free = job(2, 5)
+    held = GridJob(free.samples, free.deadline_s, free.interval_s, free.resume_s, idle_power_w=60.0)
+    plan = [PAUSE, PAUSE, 0, 0, 0]
+    assert replay("pause", plan, SETTINGS, held, signal).energy_j == pytest.approx(
+        replay("pause", plan, SETTINGS, free, signal).energy_j + 2 * HOUR * 60.0)
+    # idle at 20 % of the running power: still worth waiting out a dirty hour 8x cleaner ...
+    assert plan_online(PauseWhenDirty(SETTINGS, held, 0), SETTINGS, held, signal)[:2] == [PAUSE, PAUSE]
+    # ... but not where holding still costs nearly what training does, nor for the oracle
+    hot = GridJob(free.samples, free.deadline_s, free.interval_s, free.resume_s, idle_power_w=290.0)
+    signal = np.array([120.0, 120.0, 100.0, 100.0, 100.0])
+    assert PAUSE not in plan_online(PauseWhenDirty(SETTINGS, hot, 0), SETTINGS, hot, signal)
+    assert PAUSE not in oracle_plan(SETTINGS, hot, signal, actions=[0], pause=True)
+    assert oracle_plan(SETTINGS, free, signal, actions=[0], pause=True)[:2] == [PAUSE, PAUSE]

@@ -2,8 +2,9 @@
 
 The job is ``samples`` samples to train by a deadline; each measured setting trains a sample in
 ``time_per_sample_s`` for ``energy_per_sample_j`` (all GPUs). In each signal interval a policy holds one setting
-or pauses; a pause stops the job (checkpoint and stop: no energy), and resuming costs ``resume_s`` seconds at the
-setting's power without progress. The cost of an interval is its energy (kWh) times the signal (g CO2e/kWh or a
+or pauses; a pause stops the job (checkpoint and stop: no energy where the devices are freed, their idle power,
+``idle_power_w``, where the job holds them), and resuming costs ``resume_s`` seconds at the setting's power without
+progress. The cost of an interval is its energy (kWh) times the signal (g CO2e/kWh or a
 price per kWh).
 
 * ``blind``: the default setting (the fastest) throughout, from the start: what a signal-blind run does.
@@ -72,12 +73,16 @@ class GridJob:
         deadline_s: Seconds from the start by which it must be done.
         interval_s: Length of one signal interval.
         resume_s: Seconds lost (at the setting's power) each time the job resumes after a pause.
+        idle_power_w: Power drawn while paused, in the settings' units (energy per sample over time per sample):
+            ``0`` where a pause stops the job and frees its devices; a pause that holds them idle draws their
+            idle power.
     """
 
     samples: float
     deadline_s: float
     interval_s: float
     resume_s: float = DEFAULT_RESUME_S
+    idle_power_w: float = 0.0
 
     @property
     def intervals(self) -> int:
@@ -147,6 +152,9 @@ def replay(policy: str, plan: Sequence[int], settings: Sequence[GridSetting], jo
         available = min(job.interval_s, job.deadline_s - start) if start < job.deadline_s else job.interval_s
         if action == PAUSE:
             running = False
+            joules = job.idle_power_w * available
+            energy += joules
+            cost += joules / JOULES_PER_KWH * float(actual[k])
             continue
         setting = settings[action]
         overhead = 0.0 if running else job.resume_s
@@ -259,7 +267,8 @@ class PauseWhenDirty:
             self.threshold, self.expected_saving = math.inf, 0.0  # no slack left for a pause and its resume
             return self._run()
         candidates = np.unique(ahead)
-        costs, finished = _play_thresholds(candidates, ahead, available, work_s, job.resume_s, self._running)
+        costs, finished = _play_thresholds(candidates, ahead, available, work_s, job.resume_s, self._running,
+                                           job.idle_power_w / self._power_w if self._power_w > 0 else 0.0)
         never = costs[-1]  # the highest candidate: run throughout
         feasible = np.nonzero(finished)[0]
         best = int(feasible[np.argmin(costs[feasible])]) if len(feasible) else len(candidates) - 1
@@ -276,10 +285,10 @@ class PauseWhenDirty:
 
 
 def _play_thresholds(thresholds: np.ndarray, ahead: np.ndarray, available: np.ndarray, work_s: float,
-                     resume_s: float, running: bool) -> tuple[np.ndarray, np.ndarray]:
+                     resume_s: float, running: bool, idle_share: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
     """Play out "run while the signal is at most the threshold" for every threshold at once on ``ahead`` (with a run
     forced once pausing would leave less than the work and a resume): the cost per kW of each (signal x seconds
-    run), and whether it finished."""
+    run, and x ``idle_share`` of the seconds paused before it finished), and whether it finished."""
     count = len(thresholds)
     left = np.full(count, work_s)  # work seconds still to do
     was_running = np.full(count, running)
@@ -291,7 +300,7 @@ def _play_thresholds(thresholds: np.ndarray, ahead: np.ndarray, available: np.nd
         run = busy & ((value <= thresholds) | forced)
         overhead = np.where(was_running, 0.0, resume_s)
         seconds = np.where(run, np.minimum(available[j], overhead + left), 0.0)
-        cost += seconds * value
+        cost += seconds * value + np.where(busy & ~run, available[j] * value * idle_share, 0.0)
         left = np.where(run, left - np.maximum(0.0, seconds - overhead), left)
         was_running = np.where(busy, run, was_running)
     return cost, left <= work_s * 1e-9
@@ -347,9 +356,11 @@ def oracle_plan(settings: Sequence[GridSetting], job: GridJob, actual: np.ndarra
             row = cost[:, was_running]
             if not np.isfinite(row).any():
                 continue
-            if pause:  # pause: progress unchanged; a finished job stays finished at no cost
-                better = row < new[:, 0]
-                new[better, 0] = row[better]
+            if pause:  # pause: progress unchanged, at idle power; a finished job stays finished at no cost
+                held = row + np.where(p_index < bins, available[k] * job.idle_power_w / JOULES_PER_KWH
+                                      * float(actual[k]), 0.0)
+                better = held < new[:, 0]
+                new[better, 0] = held[better]
                 choice[k, better, 0] = PAUSE
                 origin[k, better, 0] = p_index[better]
                 came_running[k, better, 0] = bool(was_running)

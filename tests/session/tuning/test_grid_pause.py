@@ -48,28 +48,29 @@ def write_signal(path: Path, values: list[float]) -> Path:
 class Energy:
     """The energy callback's part a pause uses: the span since the last window, at idle power."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, idle_w: float = IDLE_W) -> None:
         self.run = run
+        self.idle_w = idle_w
         self.mark = run.now
         self.gaps: list[float] = []
 
     def skip_gap(self) -> WindowMeasurement:
         seconds, self.mark = self.run.now - self.mark, self.run.now
         self.gaps.append(seconds)
-        return WindowMeasurement("gap", seconds, {"gpu0": IDLE_W * seconds}, {"gpu0": "nvml-counter"}, False)
+        return WindowMeasurement("gap", seconds, {"gpu0": self.idle_w * seconds}, {"gpu0": "nvml-counter"}, False)
 
 
 class Run:
     """A hand-driven run of one rank with its own clock."""
 
-    def __init__(self, tmp_path: Path, steps: int = STEPS, checkpoints: bool = True) -> None:
+    def __init__(self, tmp_path: Path, steps: int = STEPS, checkpoints: bool = True, idle_w: float = IDLE_W) -> None:
         self.now = 1_000.0
         self.steps = self.measured = 0
         self.saved: list[int] = []
         self.slept_paused: list[bool] = []
         self.heartbeat = HeartbeatWriter(tmp_path / "beats", rank=0, local_rank=0, attempt=0, clock=self.clock)
         (tmp_path / "beats").mkdir(exist_ok=True)
-        self.energy = Energy(self)
+        self.energy = Energy(self, idle_w)
         self.session = SimpleNamespace(
             rank=0, world_size=1, ctx=SimpleNamespace(distributed=False), start_step=0, target_steps=steps,
             energy=self.energy, callbacks=[SimpleNamespace(writer=self.heartbeat)],
@@ -137,16 +138,21 @@ def test_it_pauses_while_dirty_resumes_when_clean_and_meets_the_deadline(tmp_pat
         policy = PauseWhenDirty([GridSetting("running", 0.0, setting["time_per_sample_s"],
                                              setting["energy_per_sample_j"])],
                                 GridJob(job["samples"], job["deadline_s"], job["interval_s"],
-                                        resume_s=segment["decision"]["resume_s"]), 0)
+                                        resume_s=segment["decision"]["resume_s"],
+                                        idle_power_w=segment["decision"]["idle_power_w"]), 0)
         expected = policy.decide(segment["interval"], segment["decision"]["done"], forecast)
         assert (expected == PAUSE) == (segment["phase"] == "paused"), segment
 
+    # idle power measured first by holding still (not a pause), then from the pause itself
+    probe, *pauses = run.energy.gaps
+    assert probe == pytest.approx(0.5) and job["idle_power_w"] == pytest.approx(IDLE_W)
     # one checkpoint as the pause began; the heartbeat said "paused" throughout, and resumed after
-    assert len(run.saved) == 1 and run.slept_paused and all(run.slept_paused) and not run.heartbeat.paused
+    assert run.slept_paused[0] is False  # the probe: too short to matter to the stall watch
+    assert len(run.saved) == 1 and all(run.slept_paused[1:]) and not run.heartbeat.paused
     outcome = section["outcome"]
     assert outcome["pauses"] == 1 and outcome["deadline_met"]
-    assert outcome["paused_h"] == pytest.approx(sum(run.energy.gaps) * SPEEDUP / 3600, rel=1e-6)
-    assert outcome["paused_energy_j"] == pytest.approx(IDLE_W * sum(run.energy.gaps), rel=1e-6)
+    assert outcome["paused_h"] == pytest.approx(sum(pauses) * SPEEDUP / 3600, rel=1e-6)
+    assert outcome["paused_energy_j"] == pytest.approx(IDLE_W * sum(pauses), rel=1e-6)
     assert outcome["energy_j"] == pytest.approx(sum(s["energy_j"] for s in section["intervals"]))
     # it ran in clean intervals, so it costs less than a run that never paused would have
     estimate = outcome["estimated"]
@@ -163,8 +169,18 @@ def test_without_slack_it_never_pauses(tmp_path: Path) -> None:
     cb = make(tmp_path, run, deadline_h=2.6)  # the job needs 2.5 h: no room for a pause and its resume
     run.train(cb)
     section = run.finish(cb)
-    assert all(s["phase"] != "paused" for s in section["intervals"]) and not run.saved and not run.slept_paused
+    assert all(s["phase"] != "paused" for s in section["intervals"]) and not run.saved
+    assert run.slept_paused == [False]  # the idle probe only
     assert section["outcome"]["pauses"] == 0
+
+
+def test_where_holding_still_costs_nearly_as_much_as_training_it_never_pauses(tmp_path: Path) -> None:
+    run = Run(tmp_path, idle_w=0.9 * POWER_W)  # devices kept busy-hot while paused (a CPU, say)
+    cb = make(tmp_path, run, deadline_h=5.0)
+    run.train(cb)
+    section = run.finish(cb)
+    assert all(s["phase"] != "paused" for s in section["intervals"]) and not run.saved
+    assert section["job"]["idle_power_w"] == pytest.approx(0.9 * POWER_W)
 
 
 def test_without_checkpoints_it_still_pauses_and_says_none_was_saved(tmp_path: Path) -> None:
@@ -211,4 +227,4 @@ def test_the_paused_phase_shows_in_the_tuner_state(tmp_path: Path) -> None:
     phases: list[str] = []
     cb.sleep = lambda seconds: (phases.append(cb.tuner_state().state), setattr(run, "now", run.now + seconds))
     run.train(cb)
-    assert phases and set(phases) == {"paused"} and cb.clock_lock() is None
+    assert phases[0] == "measure" and set(phases[1:]) == {"paused"} and cb.clock_lock() is None  # the probe first

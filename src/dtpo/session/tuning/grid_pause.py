@@ -16,8 +16,11 @@ A pause, on every rank together, between two optimizer steps:
 
 The pause's time and energy (the devices idle, the checkpoint's save) are kept out of the run's training time and
 energy (:meth:`~dtpo.session.callbacks.energy.EnergyCallback.skip_gap`), and recorded in the ``grid`` section as
-intervals of phase ``paused`` with their own measured energy, which the run's grid cost includes. The cost of a
-resume the policy weighs is the checkpoint's save, as measured at the last pause (before the first, none).
+intervals of phase ``paused`` with their own measured energy, which the run's grid cost includes. A pause that keeps
+the devices is not free: the policy weighs their idle power (``GridJob.idle_power_w``), measured once by holding
+still for ``idle_probe_s`` right after the run's own figures, then from the pauses themselves; where idle power is
+close to the power of training (a CPU, say), no pause pays and the run never pauses. The cost of a resume the policy
+weighs is the checkpoint's save, as measured at the last pause (before the first, none).
 
 Time is mapped onto the signal by :class:`~dtpo.session.tuning.grid.SignalClock` as for throttling: the clock, or
 ``--grid-replay SPEEDUP`` (a pause then lasts ``interval / SPEEDUP`` wall seconds). No GPU knob is touched, so
@@ -30,6 +33,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -61,6 +65,8 @@ log = logging.getLogger(__name__)
 
 RUNNING = "running"
 """The name of the one setting a paused run measures: its own, as it runs."""
+IDLE_PROBE_S = 0.5
+"""Wall seconds the job holds still once, after measuring, to measure its power while paused."""
 SLEEP_CHUNK_S = 1.0
 """Longest single sleep of a pause (the wait is cut into these, so a clock that jumps is followed)."""
 
@@ -74,11 +80,14 @@ class GridPauseCallback(Callback):
         clock: Seconds since the epoch (``time.time``; tests pass their own).
         sleep: Waits a number of seconds (``time.sleep``; tests pass their own).
         min_measure_s: Wall seconds the run's own figures are measured over at least, before the first decision.
+        idle_probe_s: Wall seconds the job holds still after measuring, to measure what a pause costs.
     """
 
     def __init__(self, config: GridConfig, clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, min_measure_s: float = MIN_SWEEP_S) -> None:
+                 sleep: Callable[[float], None] = time.sleep, min_measure_s: float = MIN_SWEEP_S,
+                 idle_probe_s: float = IDLE_PROBE_S) -> None:
         self.config = config
+        self.idle_probe_s = idle_probe_s
         self.clock = clock
         self.sleep = sleep
         self.min_measure_s = min_measure_s
@@ -103,6 +112,7 @@ class GridPauseCallback(Callback):
         self._attempt_step = 0  # the step this process began at
         self._interval = -1
         self._resume_s = 0.0  # signal seconds: the last pause's checkpoint save
+        self._idle_w = 0.0  # the job's power while it holds still, in the setting's units (J per signal second)
         self._forecast_values: Any = None
         self._warned_late = False
 
@@ -168,7 +178,25 @@ class GridPauseCallback(Callback):
         self.setting = GridSetting(RUNNING, math.nan, block[2] * speedup / block[0], block[1] / block[0])
         self.steps_measured = int(block[3])
         self.samples_per_step = block[0] / block[3]
+        self._probe_idle(session)
         self._start(session, done_steps)
+
+    def _probe_idle(self, session: RunView) -> None:
+        """Hold still for ``idle_probe_s`` and measure the job's power meanwhile: what a pause that keeps the
+        devices costs (every rank together; nothing where energy is not measured)."""
+        energy = getattr(session, "energy", None)
+        if energy is None or not hasattr(energy, "skip_gap") or self.energy_source == "not measured":
+            return
+        started = self.clock()
+        until = started + self.idle_probe_s
+        while (left := until - self.clock()) > 0:
+            self.sleep(left)
+        gap = energy.skip_gap()
+        now = self.clock()
+        (joules,), (wall_s,) = shared(session, [gap.total_j if gap is not None else 0.0], [now - started])
+        self._clock_mark = now
+        if wall_s > 0:
+            self._idle_w = joules / (wall_s * (self.config.replay or 1.0))
 
     def _start(self, session: RunView, done_steps: int) -> None:
         """Schedule the job on the measured figures, and decide for the interval the run stands in."""
@@ -180,7 +208,7 @@ class GridPauseCallback(Callback):
         clock = self.signal_clock
         assert clock is not None and self.forecast is not None and self.config.deadline_h is not None
         self.job = GridJob((target - start) * self.samples_per_step, clock.offset_s + self.config.deadline_h * 3600,
-                           clock.signal.interval_s, resume_s=self._resume_s)
+                           clock.signal.interval_s, resume_s=self._resume_s, idle_power_w=self._idle_w)
         self.policy = PauseWhenDirty([self.setting], self.job, 0)
         self._forecast_values = values_from(self.forecast, clock.interval_start(0), self.job.intervals)
         self.phase = "run"
@@ -211,10 +239,12 @@ class GridPauseCallback(Callback):
             # the part of this interval already spent is not available: count it as work still to do
             spent = self._job_time - interval * job.interval_s
             effective = done - spent / setting.time_per_sample_s
-            job_now = GridJob(job.samples, job.deadline_s, job.interval_s, resume_s=self._resume_s)
+            job_now = GridJob(job.samples, job.deadline_s, job.interval_s, resume_s=self._resume_s,
+                              idle_power_w=self._idle_w)
             policy.job = job_now
             action = policy.decide(interval, effective, self._forecast_values)
             decision = {"done": effective, "expected_saving": policy.expected_saving, "resume_s": self._resume_s,
+                        "idle_power_w": self._idle_w,
                         "threshold": policy.threshold if math.isfinite(policy.threshold) else None}
             if action != PAUSE:
                 self._run_segment(done_steps, decision)
@@ -257,6 +287,10 @@ class GridPauseCallback(Callback):
         self.segments[-1]["seconds"] += (now - self._clock_mark) * speedup
         self.segments[-1]["energy_j"] += total if math.isfinite(total) else 0.0
         self._clock_mark, self._job_time = now, job_time
+        paused = [s for s in self.segments if s["phase"] == "paused"]
+        held_s = sum(s["seconds"] for s in paused)
+        if held_s > 0 and gap is not None:  # what holding still costs, as the pauses so far measured it
+            self._idle_w = sum(s["energy_j"] for s in paused) / held_s
         if beat is not None:
             beat.resume()
 
@@ -296,6 +330,7 @@ class GridPauseCallback(Callback):
                                                               self.setting.energy_per_sample_j],
                 "steps_measured": self.steps_measured, "samples_per_step": self.samples_per_step,
                 "segments": [dict(s) for s in self.segments], "pauses": self.pauses, "resume_s": self._resume_s,
+                "idle_power_w": self._idle_w,
                 "energy_source": self.energy_source, "note": self.note, "first_step": self._first_step}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -306,6 +341,7 @@ class GridPauseCallback(Callback):
         self.signal_clock = SignalClock(self.actual, float(state["wall_start"]), self.config.replay)
         self.segments = [dict(s) for s in state.get("segments") or []]
         self.pauses, self._resume_s = int(state.get("pauses", 0)), float(state.get("resume_s", 0.0))
+        self._idle_w = float(state.get("idle_power_w", 0.0))
         self.energy_source, self.note = str(state.get("energy_source", "")), str(state.get("note", ""))
         self._first_step = int(state.get("first_step", self._first_step))
         self._job_time = self.signal_clock.job_time_s(self.clock())
@@ -337,7 +373,8 @@ class GridPauseCallback(Callback):
             {"name": RUNNING, "power_limit_w": None, "time_per_sample_s": self.setting.time_per_sample_s,
              "energy_per_sample_j": self.setting.energy_per_sample_j, "steps": self.steps_measured}]
         job = None if self.job is None else {"samples": self.job.samples, "deadline_s": self.job.deadline_s,
-                                             "interval_s": self.job.interval_s, "resume_s": self._resume_s}
+                                             "interval_s": self.job.interval_s, "resume_s": self._resume_s,
+                                             "idle_power_w": self._idle_w * (self.config.replay or 1.0)}
         source = "simulated" if "estimated" in self.energy_source else "measured"
         return GridSection(config.policy, signal, config.deadline_h, settings, source, list(self.segments),
                            self._outcome(), self.note, job)
@@ -372,7 +409,7 @@ class GridPauseCallback(Callback):
                 held[k][segment["phase"]] += segment["seconds"]
         plan = [(PAUSE if max(held[k], key=held[k].get) == "paused" else 0) if k in held else 0
                 for k in range(max(held, default=0) + 1)]
-        out = against_blind("pause", plan, [setting], job, 0, actual, clock,
+        out = against_blind("pause", plan, [setting], replace(job, idle_power_w=0.0), 0, actual, clock,
                             "estimated: the intervals run and paused and a signal-blind run replayed on the run's "
                             "measured figures and the actual signal; the pauses at their measured energy")
         paused = [s for s in self.segments if s["phase"] == "paused"]  # the devices idle: not free
