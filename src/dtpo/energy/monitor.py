@@ -114,12 +114,6 @@ class Monitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._interval = sample_interval_s
-        self._readers_of: list[Device] | None = None  # the list _readers() last described
-        self._reader_list: list[tuple[str, Device]] = []
-        self._all_names: frozenset[str] = frozenset()
-        self._all_sources: dict[str, str] = {}
-        self._all_estimated = False
-        self._one_each = True
         self._last_sample = self.snapshot()
         if sample_interval_s is not None and self.devices:
             self._thread = threading.Thread(target=self._run_sampler, name="dtpo-power-sampler", daemon=True)
@@ -139,7 +133,8 @@ class Monitor:
         readings: dict[str, float] = {}
         with self._lock:
             t = self._clock()
-            for name, device in self._readers():
+            for device in self.devices:
+                name = device.info.name
                 if name in self.lost:
                     continue
                 try:
@@ -149,20 +144,6 @@ class Monitor:
                     if self._on_lost is not None:
                         self._on_lost(f"energy of {name} is no longer measured: {exc}")
         return Snapshot(t, readings)
-
-    def _readers(self) -> list[tuple[str, Device]]:
-        """Each device with its name, made again only when :attr:`devices` changed (a snapshot at every window
-        end then reads no device's info), and what :meth:`measure` says of a window that read them all."""
-        devices = self.devices
-        if self._readers_of is not devices or len(devices) != len(self._reader_list):
-            self._reader_list = [(d.info.name, d) for d in devices]
-            self._readers_of = devices
-            names = [d.info.name for d in devices]
-            self._all_names = frozenset(names)
-            self._all_sources = {d.info.name: d.info.source for d in devices}
-            self._all_estimated = any(d.info.estimated for d in devices)
-            self._one_each = len(self._all_names) == len(names)
-        return self._reader_list
 
     @property
     def last_snapshot(self) -> Snapshot:
@@ -196,11 +177,7 @@ class Monitor:
 
     def measure(self, name: str, start: Snapshot, end: Snapshot) -> WindowMeasurement:
         """The window between two snapshots."""
-        first, last = start.energy_j, end.energy_j
-        energy = {n: last[n] - e for n, e in first.items() if n in last}
-        self._readers()
-        if self._one_each and energy.keys() == self._all_names:  # every device read at both ends: the usual case
-            return WindowMeasurement(name, end.t - start.t, energy, dict(self._all_sources), self._all_estimated)
+        energy = {n: end.energy_j[n] - start.energy_j[n] for n in start.energy_j if n in end.energy_j}
         sources = {d.info.name: d.info.source for d in self.devices if d.info.name in energy}
         lost = tuple(sorted({d.info.name for d in self.devices} - set(energy)))
         estimated = any(d.info.estimated for d in self.devices if d.info.name in energy)

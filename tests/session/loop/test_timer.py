@@ -1,5 +1,5 @@
-"""The step timer's record: the same whichever way it is built (by position where the record's fields allow, by
-name otherwise), and the same on a host clock as through the clock's own ``seconds``."""
+"""The step timer's record: its parts from the marks, and the same on a host clock as through the clock's own
+``seconds``."""
 
 from __future__ import annotations
 
@@ -36,10 +36,7 @@ def _one_step(timer: StepTimer) -> Any:
     return timer.close(3, False, 2.75, 1.5)
 
 
-@pytest.mark.parametrize("positional", [True, False])
-def test_close_gives_the_same_record_by_position_or_by_name(monkeypatch: pytest.MonkeyPatch,
-                                                            positional: bool) -> None:
-    monkeypatch.setattr(timer_module, "_POSITIONAL", positional)
+def test_close_gives_the_steps_record() -> None:
     record = _one_step(StepTimer(Marks([0.0, 0.5, 2.0]), None, tail_measured=True, distributed=False))
     assert (record.step, record.warmup, record.samples, record.loss) == (3, False, 8, 1.5)
     assert record.step_s == pytest.approx(2.75) and record.data_wait_s == pytest.approx(0.5)

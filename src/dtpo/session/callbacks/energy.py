@@ -65,14 +65,10 @@ class EnergyCallback(Callback):
         assert start is not None  # set when the run window opened
         measured = self.monitor.measure(CURRENT_WINDOW, start, snap)
         self._boundary = snap
-        energy, sources = measured.energy_j, measured.sources
-        window.energy_j = dict(energy)
-        window.sources = dict(sources)
-        window.estimated = estimated = measured.estimated
-        # measured.to_dict() after the steps, written out: one dict made instead of two (this runs every window)
-        self.windows.append({"first_step": window.first_step, "last_step": window.last_step, "name": measured.name,
-                             "time_s": measured.time_s, "energy_j": energy, "total_j": sum(energy.values()),
-                             "sources": sources, "estimated": estimated, "lost": list(measured.lost)})
+        window.energy_j = dict(measured.energy_j)
+        window.sources = dict(measured.sources)
+        window.estimated = measured.estimated
+        self.windows.append({"first_step": window.first_step, "last_step": window.last_step, **measured.to_dict()})
         if not self._live_section:  # partial records written from now on carry the windows
             rank = session.rank_record
             if rank.energy is None:

@@ -9,17 +9,10 @@ see :mod:`dtpo.core.totals`) and optimizer time; they partition the step, so the
 from __future__ import annotations
 
 import time
-from dataclasses import fields
 from typing import Any, Protocol
 
 from dtpo.core.record import StepRecord
 from dtpo.session.loop.clock import CpuClock, CudaClock
-
-# StepRecord's leading fields in the order close() passes them by position (a third of the keyword call's cost);
-# should the record's fields ever move, close() passes them by name
-_ORDER = ("step", "warmup", "samples", "step_s", "data_wait_s", "compute_s", "tail_s", "optimizer_s",
-          "comm_exposed_s", "sync_wait_s", "loss", "started_at")
-_POSITIONAL = tuple(f.name for f in fields(StepRecord))[:len(_ORDER)] == _ORDER
 
 
 class ReadyStamps(Protocol):
@@ -119,14 +112,10 @@ class StepTimer:
         if distributed and not self.tail_measured:
             tail = None
         alone = None if distributed else 0.0  # with one process comm and sync wait are 0
-        if _POSITIONAL:
-            record = StepRecord(step, warmup, self.samples, step_s, data, compute, tail, optimizer_s, alone, alone,
-                                loss, self.started_at)
-        else:
-            record = StepRecord(
-                step=step, warmup=warmup, samples=self.samples, step_s=step_s, data_wait_s=data, compute_s=compute,
-                tail_s=tail, optimizer_s=optimizer_s, loss=loss, started_at=self.started_at, comm_exposed_s=alone,
-                sync_wait_s=alone)
+        record = StepRecord(
+            step=step, warmup=warmup, samples=self.samples, step_s=step_s, data_wait_s=data, compute_s=compute,
+            tail_s=tail, optimizer_s=optimizer_s, loss=loss, started_at=self.started_at, comm_exposed_s=alone,
+            sync_wait_s=alone)
         # reset() written out (this runs every step)
         self.step_start = self.started_at = self.batch_ready = self.backward_end = self.tail_marks = None
         self.backward_done = False
