@@ -56,6 +56,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dtpo.core.errors import ConfigError
+from dtpo.plan.batch_fit import CONFIDENCE
 from dtpo.plan.calibration import from_throughput
 from dtpo.plan.predict import fabric_of, plan
 from dtpo.plan.scenario import Baseline, MicroBatch, Scenario
@@ -434,6 +435,17 @@ def power_scenario(record: dict[str, Any], batch_times: dict[str, Any] | None = 
     return replace(scenario, power=replace(scenario.power, busy_power_w=busy))
 
 
+def moved_text(pred: Any, assumed: bool) -> str:
+    """A prediction's throughput with the micro-batch's fixed part moved: at 20 % where the split is assumed, over the
+    fitted fixed part's confidence interval where it was fitted from three or more batch sizes."""
+    if pred.sensitivity is None:
+        return "fitted"
+    if assumed:
+        return f"{pred.throughput * (1 + pred.sensitivity[-1]):,.0f} (20 % fixed)"
+    moved = sorted(pred.throughput * (1 + m) for m in pred.sensitivity)
+    return f"{moved[0]:,.0f}-{moved[-1]:,.0f} (fit {CONFIDENCE:.0%})"
+
+
 def power_check(console: Console, path: Path, batch_path: Path | None = None
                 ) -> tuple[list[str], list[tuple[str, float, float]]]:
     """Print the planner against a published power result (with published one-node steps at several batches from
@@ -451,7 +463,7 @@ def power_check(console: Console, path: Path, batch_path: Path | None = None
                         f"{scenario.power.busy_power_w:.0f} W from its J/sample)")
     for name in ("GPUs", "per-GPU batch", f"published {scenario.unit}", f"predicted {scenario.unit}", "error",
                  "published J/sample", "predicted J/sample", "error ", "published W/node", "predicted W/node",
-                 "if 20 % fixed", "limit"):
+                 "fixed part moved", "limit"):
         table.add_column(name, justify="left" if name == "limit" else "right")
     misses, errors = [], []
     for pred in result.predictions:
@@ -467,7 +479,7 @@ def power_check(console: Console, path: Path, batch_path: Path | None = None
             errors += goals
             misses += [f"{record['id']}: {what} {err * 100:+.1f} % (goal {goal * 100:g} %)"
                        for what, err, goal in goals if abs(err) > goal]
-        moved = "fitted" if pred.sensitivity is None else f"{pred.throughput * (1 + pred.sensitivity[-1]):,.0f}"
+        moved = moved_text(pred, result.calibration.fixed_assumed)
         table.add_row(str(pred.gpus), str(scenario.batch_at(pred.gpus)),
                       f"{published['throughput']:,.0f}", f"{pred.throughput:,.0f}",
                       "calibration" if calibration else f"{err_t * 100:+.1f} %",

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.batch_fit import fit_batch_times
+from dtpo.plan.batch_fit import fit_batch_times, t_quantile
 from dtpo.plan.predict import plan, step_losses
 from dtpo.plan.report import plan_dict, plan_table
 from dtpo.plan.scenario_reader import scenario_from_dict
@@ -56,6 +56,38 @@ def test_measured_times_at_several_batches_give_the_fixed_share_and_no_sensitivi
     assert result.calibration.fixed_s == pytest.approx(result.calibration.t_micro_s * 0.010 / 0.410)
     assert not result.calibration.fixed_assumed and all(p.sensitivity is None for p in result.predictions)
     assert any("fitted from batch sizes 50, 400" in a for a in result.assumptions)
+
+
+def test_the_fit_gives_the_fixed_part_a_confidence_interval_that_widens_with_the_scatter() -> None:
+    line = [(b, 0.010 + b * 0.001) for b in (100, 200, 400, 800)]
+    assert fit_batch_times(line[:2]).fixed_range_s is None  # two points: no scatter to judge by
+    exact = fit_batch_times(line).fixed_range_s
+    assert exact == pytest.approx((0.010, 0.010))
+    bumped = [(b, t * (1 + e)) for (b, t), e in zip(line, (0.01, -0.01, 0.01, -0.01), strict=True)]
+    noisier = [(b, t * (1 + e)) for (b, t), e in zip(line, (0.03, -0.03, 0.03, -0.03), strict=True)]
+    (low, high), (low3, high3) = fit_batch_times(bumped).fixed_range_s, fit_batch_times(noisier).fixed_range_s
+    assert low < fit_batch_times(bumped).fixed_s < high and high3 - low3 > 2 * (high - low)
+    assert low3 >= 0.0  # clamped: no time given back
+
+
+def test_student_t_quantiles() -> None:
+    assert t_quantile(0.95, 1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(0.95, 2) == pytest.approx(4.303, abs=1e-3)
+    assert t_quantile(0.95, 5) == pytest.approx(2.571, rel=0.01)
+    assert t_quantile(0.95, 30) == pytest.approx(2.042, rel=0.005)
+    assert t_quantile(0.95, 10_000) == pytest.approx(1.960, rel=0.001)
+
+
+def test_times_fitted_from_several_points_show_the_throughput_at_both_ends_of_the_fit() -> None:
+    times = {str(b): (0.010 + b * 0.001) * (1 + e) for b, e in ((50, 0.02), (100, -0.02), (200, 0.02), (400, -0.02))}
+    result = plan(scenario_from_dict(_strong(micro_batch={"times_s": times}), where="t"))
+    assert result.calibration.fixed_range is not None and not result.calibration.fixed_assumed
+    at_8, at_64 = (p.sensitivity for p in result.predictions)
+    assert at_8 == pytest.approx((0.0, 0.0), abs=1e-9)  # the calibration point moves with neither
+    assert at_64[0] > 0 > at_64[1]  # the low end of the fixed part: faster at 50 per GPU; the high end: slower
+    assert plan_dict(result)["predictions"][1]["sensitivity"] == {"fit_low": at_64[0], "fit_high": at_64[1]}
+    assert "fit range" in [c.header for c in plan_table(result).columns]
+    assert any("ms (95% confidence)" in a for a in result.assumptions)
 
 
 def test_one_batch_size_says_what_it_assumed_and_how_far_the_answer_moves() -> None:

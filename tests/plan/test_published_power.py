@@ -145,6 +145,8 @@ def test_power_section_with_batch_times_fits_the_split_and_takes_overhead_from_t
     result = bench.plan(scenario)
     first, last = result.predictions
     assert first.energy.joules_per_sample == pytest.approx(one_node["joules_per_sample"], rel=bench.CALIBRATION_MATCH)
-    assert first.sensitivity is None and any("fitted from batch sizes" in a for a in result.assumptions)
+    assert any("fitted from batch sizes" in a for a in result.assumptions)
+    assert first.sensitivity == pytest.approx((0.0, 0.0), abs=1e-9)  # the calibration point does not move
+    assert last.sensitivity[0] > 0 > last.sensitivity[1]  # 34 scattered points: the fit's range moves 64 GPUs
     assert last.step.fixed_s > 0
     assert scenario.power.busy_power_w <= scenario.power_spec.max_power_w  # a GPU cannot draw above its limit

@@ -6,6 +6,11 @@ CPU worker), the least-squares line ``t(b) = fixed_s + per_sample_s x b`` splits
 fixed part's share of a micro-batch at the calibration batch (:func:`fixed_share`) to whatever it calibrated on,
 so a job whose per-GPU batch shrinks at scale (strong scaling) gets slower per sample.
 
+With three or more points the fit also says how well the points pin the fixed part down: its confidence
+interval (:attr:`BatchFit.fixed_range_s`, Student's t on the residuals' degrees of freedom). Points far above the
+batch a plan goes down to leave the intercept loose, and a strong-scaling plan moves with it, so the planner shows
+the throughput at both ends of that interval.
+
 ``dtpo bench --batch-sizes 8,32,128`` measures the points (runs ``batch-B/`` of a bench directory);
 :func:`batch_times_from_bench` reads them back.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +31,9 @@ log = logging.getLogger(__name__)
 BATCH_RUN_PREFIX = "batch-"
 """A bench's run at one batch size lives in ``batch-<B>/`` of its directory."""
 
+CONFIDENCE = 0.95
+"""Two-sided confidence of the fixed part's interval."""
+
 
 @dataclass(frozen=True)
 class BatchFit:
@@ -35,11 +44,14 @@ class BatchFit:
             measurement noise, not time given back).
         per_sample_s: Time each sample adds.
         points: The ``(batch, seconds)`` points fitted, ascending by batch.
+        fixed_range_s: The fixed part's :data:`CONFIDENCE` interval, clamped at 0 (``None`` with two points: no
+            degrees of freedom are left to judge the scatter by).
     """
 
     fixed_s: float
     per_sample_s: float
     points: tuple[tuple[int, float], ...]
+    fixed_range_s: tuple[float, float] | None = None
 
     def seconds(self, batch: float) -> float:
         """One micro-batch of ``batch`` samples."""
@@ -72,11 +84,30 @@ def fit_batch_times(points: list[tuple[int, float]] | tuple[tuple[int, float], .
         raise ConfigError(f"micro-batch times do not grow with the batch ({listed}):"
                           " too noisy to split a fixed part from a per-sample part")
     fixed = mean_t - slope * mean_b
+    dof = len(ordered) - 2
+    interval = None
+    if dof > 0:  # the intercept's standard error, from the residuals' scatter
+        residual_var = sum((t - fixed - slope * b) ** 2 for b, t in ordered) / dof
+        half = t_quantile(CONFIDENCE, dof) * math.sqrt(residual_var * (1 / len(ordered) + mean_b ** 2 / spread))
+        interval = (max(fixed - half, 0.0), max(fixed + half, 0.0))
     if fixed < 0:
         log.info("micro-batch fit: intercept %.3g s below zero, taken as no fixed part", fixed)
         slope = sum(b * t for b, t in ordered) / sum(b * b for b in sizes)  # through the origin instead
         fixed = 0.0
-    return BatchFit(fixed, slope, ordered)
+    return BatchFit(fixed, slope, ordered, interval)
+
+
+def t_quantile(confidence: float, dof: int) -> float:
+    """Student's t quantile of a two-sided ``confidence`` interval with ``dof`` degrees of freedom: exact for one
+    and two, else the Cornish-Fisher expansion around the normal quantile (within 1 % from three on)."""
+    p = 0.5 + confidence / 2
+    if dof == 1:
+        return math.tan(math.pi * (p - 0.5))
+    if dof == 2:
+        return (2 * p - 1) * math.sqrt(2 / (4 * p * (1 - p)))
+    z = statistics.NormalDist().inv_cdf(p)
+    return (z + (z ** 3 + z) / (4 * dof) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * dof ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * dof ** 3))
 
 
 def micro_batch_times(record: dict) -> tuple[float, float]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from dtpo.core.errors import ConfigError
 from dtpo.devices.physics.catalogue import find_gpu, gpu_peak_flops
-from dtpo.plan.batch_fit import fit_batch_times
+from dtpo.plan.batch_fit import CONFIDENCE, fit_batch_times
 from dtpo.plan.scenario import Scenario
 from dtpo.plan.step_model import (
     DEFAULT_JITTER_CV,
@@ -64,6 +64,8 @@ class Calibration:
         fixed_assumed: Whether ``fixed_s`` is an assumption (one batch size only) rather than given or fitted.
         framework_s: Per-step cost a framework adds once a job spans nodes, fitted from a multi-node measurement
             (:func:`with_framework_term`); 0 without one.
+        fixed_range: Where ``fixed_s`` was fitted from three or more points, the shares of ``t_micro_s`` at the ends
+            of the fixed part's confidence interval (:attr:`dtpo.plan.batch_fit.BatchFit.fixed_range_s`).
     """
 
     t_micro_s: float
@@ -78,6 +80,7 @@ class Calibration:
     fixed_s: float = 0.0
     fixed_assumed: bool = True
     framework_s: float = 0.0
+    fixed_range: tuple[float, float] | None = None
 
 
 def first_batch(scenario: Scenario) -> int:
@@ -97,6 +100,14 @@ SENSITIVITY_SHARES = (0.0, 0.2)
 """Fixed shares of a micro-batch a plan calibrated on one batch size is also shown at (its sensitivity)."""
 
 
+def sensitivity_shares(calibration: Calibration) -> tuple[float, ...] | None:
+    """The fixed shares a plan is also shown at: :data:`SENSITIVITY_SHARES` where the split is assumed, the ends of
+    the fitted fixed part's confidence interval where it was fitted from three or more points, else none."""
+    if calibration.fixed_assumed:
+        return SENSITIVITY_SHARES
+    return calibration.fixed_range
+
+
 def with_fixed_part(scenario: Scenario, calibration: Calibration, share: float | None = None) -> Calibration:
     """The calibration with its micro-batch split into a fixed and a per-sample part: at ``share`` when given (a
     sensitivity), else the scenario's ``micro_batch`` (a given share, or a fit of times measured at two or more batch
@@ -104,6 +115,7 @@ def with_fixed_part(scenario: Scenario, calibration: Calibration, share: float |
     reference = calibration.batch or first_batch(scenario)
     spec = scenario.micro_batch
     notes = [a for a in calibration.assumptions if not a.startswith("micro-batch:")]
+    fixed_range = None
     if share is not None:
         note, assumed = f"micro-batch: {share:.0%} of it at the calibration batch taken as fixed (sensitivity)", True
     elif spec is not None and spec.times_s:
@@ -119,6 +131,13 @@ def with_fixed_part(scenario: Scenario, calibration: Calibration, share: float |
             note = (f"micro-batch: {fit.fixed_s * 1e3:.3g} ms fixed + {fit.per_sample_s * 1e3:.3g} ms per sample, "
                     f"fitted from batch sizes {sizes}: {share:.0%} of a micro-batch of {reference:g} is fixed "
                     "(measured; carried as that share)")
+            if fit.fixed_range_s is not None:
+                low, high = fit.fixed_range_s
+                total = fit.seconds(reference)
+                fixed_range = (low / total, high / total)
+                note += (f"; the points' scatter leaves the fixed part anywhere in {low * 1e3:.3g}-{high * 1e3:.3g} "
+                         f"ms ({CONFIDENCE:.0%} confidence), and the fit-range column shows the throughput at both "
+                         "ends")
     elif spec is not None and spec.fixed_share is not None:
         share, assumed = spec.fixed_share, False
         note = f"micro-batch: {share:.0%} of it at the calibration batch of {reference:g} is fixed (given)"
@@ -127,7 +146,7 @@ def with_fixed_part(scenario: Scenario, calibration: Calibration, share: float |
         note = (f"micro-batch: calibrated at one batch size ({reference:g} per GPU), so its time is assumed to be all "
                 "per-sample (no fixed part); the sensitivity column shows 0 % against 20 % fixed")
     return replace(calibration, fixed_s=share * calibration.t_micro_s, fixed_assumed=assumed,
-                   assumptions=(*notes, note))
+                   fixed_range=fixed_range, assumptions=(*notes, note))
 
 
 def with_framework_term(scenario: Scenario, fabric: Fabric, calibration: Calibration) -> Calibration:

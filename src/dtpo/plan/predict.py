@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 
 from dtpo.core.errors import ConfigError
 from dtpo.plan.calibration import (
-    SENSITIVITY_SHARES,
     Calibration,
     calibrate,
     micro_batch_s,
     modelled_optimizer_s,
+    sensitivity_shares,
     with_fixed_part,
     with_framework_term,
 )
@@ -51,9 +51,10 @@ class Prediction:
         cost: Time, energy and money for the scenario's work (``None`` without a ``work`` section).
         limit: What limits scaling here, in words.
         extrapolated: Whether this lies beyond what the calibration measured.
-        sensitivity: Throughput here if the micro-batch's fixed part were each of
-            :data:`~dtpo.plan.calibration.SENSITIVITY_SHARES` instead, relative to :attr:`throughput` (``None``:
-            the fixed part was given or fitted, not assumed).
+        sensitivity: Throughput here, relative to :attr:`throughput`, if the micro-batch's fixed part were each of
+            :func:`~dtpo.plan.calibration.sensitivity_shares` instead: 0 % and 20 % where it is assumed, the ends
+            of its confidence interval where it was fitted from three or more points (``None``: given, or fitted
+            from two).
     """
 
     step: StepTime
@@ -169,8 +170,9 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
 
     The calibration is made on the scenario's own fabric (the one its baseline ran on) and reused on another.
     Where its micro-batch's fixed part is assumed (one batch size), each prediction also carries the throughput at
-    the other fixed shares of :data:`~dtpo.plan.calibration.SENSITIVITY_SHARES` (``sensitivity``; with the
-    framework term refitted to them).
+    the other fixed shares of :data:`~dtpo.plan.calibration.SENSITIVITY_SHARES`, and where it was fitted from three
+    or more batch sizes, at the ends of its confidence interval (``sensitivity``; with the framework term refitted
+    to them).
     """
     given = fabric is not None
     own = fabric or fabric_of(scenario)
@@ -199,7 +201,7 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
         notes.append("the per-GPU batch changes with the GPU count: a micro-batch's per-sample part scales in "
                      "proportion to it, its fixed part does not (see micro-batch)")
     moved = _sensitivity(scenario, inter_link, calibration, own, fabric if given else None) if (
-        sensitivity and calibration.fixed_assumed) else None
+        sensitivity and sensitivity_shares(calibration)) else None
     for index, step in enumerate(steps):
         samples = priced.samples_per_step(step.gpus)
         throughput = samples / step.step_s
@@ -236,9 +238,9 @@ def plan(scenario: Scenario, inter_link: str | None = None, calibration: Calibra
 
 def _sensitivity(scenario: Scenario, inter_link: str | None, calibration: Calibration, own: Fabric,
                  fabric: Fabric | None) -> list[list[float]]:
-    """Throughput at every GPU count with the micro-batch's fixed part at each of the sensitivity shares."""
+    """Throughput at every GPU count with the micro-batch's fixed part at each of its sensitivity shares."""
     out = []
-    for share in SENSITIVITY_SHARES:
+    for share in sensitivity_shares(calibration) or ():
         split = with_fixed_part(scenario, replace(calibration, framework_s=0.0), share)
         split = with_framework_term(scenario, own, split) if calibration.framework_s else split
         other = plan(scenario, inter_link, split, fabric, sensitivity=False)

@@ -9,7 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from dtpo.core.errors import ConfigError
-from dtpo.plan.calibration import SENSITIVITY_SHARES
+from dtpo.plan.batch_fit import CONFIDENCE
+from dtpo.plan.calibration import SENSITIVITY_SHARES, Calibration
 from dtpo.plan.predict import Plan, losses_text
 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
@@ -23,19 +24,24 @@ def plan_table(result: Plan) -> Table:
     title = (f"dtpo plan: {s.gpu}, {s.gpus_per_node} per node, {result.fabric.intra.name} + "
              f"{s.nics_per_node} x {result.fabric.inter.name}, {s.strategy}, {s.precision}")
     sensitive = any(p.sensitivity is not None for p in result.predictions)
+    assumed = result.calibration.fixed_assumed
     shares = " / ".join(f"{share:.0%}" for share in SENSITIVITY_SHARES)
+    moved_header = f"fixed {shares}" if assumed else "fit range"
     caption = ("* beyond what the calibration measured (extrapolated); energy and cost are model figures; lost to: "
                "shares of the step spent waiting on the network, on the slowest GPU, on fixed per-step work "
                "(launches, optimizer) and on the framework across nodes")
-    if sensitive:
+    if sensitive and assumed:
         caption += (f"; fixed {shares}: {s.unit} if that share of a micro-batch were fixed instead (one batch size "
                     "measured: the split is assumed)")
+    elif sensitive:
+        caption += (f"; fit range: {s.unit} with the micro-batch's fixed part at the low and the high end of its "
+                    f"{CONFIDENCE:.0%} confidence interval (fitted from times at several batch sizes)")
     table = Table(title=escape(title), title_justify="left", caption=caption)
     varying_batch = not isinstance(s.per_gpu_batch, int)
     columns = ["GPUs", "nodes", *(["batch"] if varying_batch else []), "accum", "step ms", "compute ms",
                "exposed comm ms", "straggler wait ms", "optimizer ms",
                *(["framework ms"] if result.calibration.framework_s else []), s.unit,
-               *([f"fixed {shares}"] if sensitive else []), "scaling eff.", "J/sample"]
+               *([moved_header] if sensitive else []), "scaling eff.", "J/sample"]
     if work:
         columns += ["hours", "kWh", "cost"]
     columns += ["limited by", "lost to"]
@@ -49,7 +55,7 @@ def plan_table(result: Plan) -> Table:
                _ms(st.exposed_comm_s), _ms(st.sync_wait_s), _ms(st.optimizer_s),
                *([_ms(st.framework_s)] if result.calibration.framework_s else []),
                f"{p.throughput * s.units_per_sample:,.1f}",
-               *([" / ".join(f"{m * 100:+.1f} %" for m in p.sensitivity or ())] if sensitive else []),
+               *([" / ".join(f"{round(m * 100, 1) + 0.0:+.1f} %" for m in p.sensitivity or ())] if sensitive else []),
                f"{p.scaling_efficiency * 100:.1f} %", f"{p.energy.joules_per_sample:.4g}"]
         if work:
             cost = p.cost
@@ -71,6 +77,14 @@ def assumptions_text(result: Plan) -> list[str]:
     return [f"- {a}" for a in result.assumptions]
 
 
+def sensitivity_keys(calibration: Calibration) -> tuple[str, ...]:
+    """The JSON names of a prediction's sensitivity figures: ``fixed_0`` and ``fixed_0.2`` where the micro-batch's
+    fixed part is assumed, ``fit_low`` and ``fit_high`` (the ends of its confidence interval) where it was fitted."""
+    if calibration.fixed_assumed:
+        return tuple(f"fixed_{share:g}" for share in SENSITIVITY_SHARES)
+    return ("fit_low", "fit_high")
+
+
 def plan_dict(result: Plan) -> dict[str, Any]:
     """Plain values for JSON."""
     rows = []
@@ -84,7 +98,7 @@ def plan_dict(result: Plan) -> dict[str, Any]:
                      "losses": p.losses, "throughput": p.throughput,
                      "throughput_in_unit": p.throughput * result.scenario.units_per_sample,
                      "sensitivity": None if p.sensitivity is None else dict(zip(
-                         (f"fixed_{share:g}" for share in SENSITIVITY_SHARES), p.sensitivity, strict=True)),
+                         sensitivity_keys(result.calibration), p.sensitivity, strict=True)),
                      "scaling_efficiency": p.scaling_efficiency, "joules_per_sample": p.energy.joules_per_sample,
                      "cost": None if p.cost is None else vars(p.cost), "limit": p.limit,
                      "extrapolated": p.extrapolated})

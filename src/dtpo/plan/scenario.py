@@ -84,6 +84,8 @@ out; ``baseline`` and ``work`` each take one of the forms their rows offer)::
     micro_batch.times_s            table              s         -             or: one micro-batch's compute measured at
                                                                               two or more batch sizes ({8 = 0.011,
                                                                               32 = 0.029}): the fixed part is fitted
+                                                                              (from three or more, with its 95 %
+                                                                              range: the plan shows both ends)
     power.setting                  "max" | float > 0  W         "max"         GPU power setting: the maximum, or a power
                                                                               limit in the GPU's range
     power.node_overhead_w          float >= 0         W         1500.0        CPUs, memory, NICs, switches, fans of one
