@@ -38,13 +38,13 @@ Exits 1 when any goal is missed.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import math
 import os
 import random
 import resource
-import socket
 import statistics
 import sys
 import tempfile
@@ -229,11 +229,11 @@ def interleaved_rounds(steps: dict[str, Callable[[], None]], rounds: int, block:
     return wall, cpu
 
 
-def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+def worker(rank: int, world: int, args: argparse.Namespace, out: str) -> None:
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    # the ranks meet in a file, not on a port picked beforehand (another process could take it before the store binds)
+    dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", rank=rank, world_size=world)
     session = dtpo.Session(progress=False, summary=False, run_dir=Path(out) / "run", flush_every=10**9,
                            energy=_energy(args), compression=args.compression)
     steps = {"plain": plain_step(args.width, rank), "plain-aa": plain_step(args.width, rank),
@@ -244,6 +244,10 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     dist.all_gather_object(everyone, {"wall": wall, "cpu": cpu, "counted": session.bookkeeping.seconds_per_step})
     if rank == 0:
         Path(out, "times.json").write_text(json.dumps(everyone))
+    # the DDP models and their pending work go before the group and the interpreter do: torn down while Python
+    # finalises, gloo's threads can abort the process (dtpo.distributed.worker_exit), as 4 runs did here
+    steps.clear()
+    gc.collect()
     dist.destroy_process_group()
 
 
@@ -288,12 +292,9 @@ def bookkeeping_table(args: argparse.Namespace, results: list[dict[str, Any]]) -
 
 def wall_run(args: argparse.Namespace) -> list[dict[str, Any]]:
     """One paired run of the three loops on two gloo ranks, in fresh processes: each rank's times."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
         os.environ["DTPO_CACHE_DIR"] = str(Path(out) / "cache")
-        mp.spawn(worker, args=(2, port, args, out), nprocs=2, join=True)
+        mp.spawn(worker, args=(2, args, out), nprocs=2, join=True)
         return json.loads(Path(out, "times.json").read_text())
 
 
