@@ -229,11 +229,25 @@ def interleaved_rounds(steps: dict[str, Callable[[], None]], rounds: int, block:
     return wall, cpu
 
 
-def worker(rank: int, world: int, args: argparse.Namespace, out: str) -> None:
+def join_world(rank: int, world: int, out: str) -> None:
+    """Make this process rank ``rank`` of a gloo world of ``world``, meeting the others in a file under ``out`` (not
+    on a port picked beforehand, which another process could take before the store binds it)."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     torch.set_num_threads(1)
-    # the ranks meet in a file, not on a port picked beforehand (another process could take it before the store binds)
     dist.init_process_group("gloo", init_method=f"file://{out}/rendezvous", rank=rank, world_size=world)
+
+
+def leave_world(steps: dict[str, Callable[[], None]]) -> None:
+    """Drop the loops (their DDP models and pending work) before the process group and the interpreter go: torn
+    down while Python finalises, gloo's threads can abort the process (see :mod:`dtpo.distributed.worker_exit`), as
+    4 runs of this benchmark did."""
+    steps.clear()
+    gc.collect()
+    dist.destroy_process_group()
+
+
+def worker(rank: int, world: int, args: argparse.Namespace, out: str) -> None:
+    join_world(rank, world, out)
     session = dtpo.Session(progress=False, summary=False, run_dir=Path(out) / "run", flush_every=10**9,
                            energy=_energy(args), compression=args.compression)
     steps = {"plain": plain_step(args.width, rank), "plain-aa": plain_step(args.width, rank),
@@ -244,11 +258,8 @@ def worker(rank: int, world: int, args: argparse.Namespace, out: str) -> None:
     dist.all_gather_object(everyone, {"wall": wall, "cpu": cpu, "counted": session.bookkeeping.seconds_per_step})
     if rank == 0:
         Path(out, "times.json").write_text(json.dumps(everyone))
-    # the DDP models and their pending work go before the group and the interpreter do: torn down while Python
-    # finalises, gloo's threads can abort the process (dtpo.distributed.worker_exit), as 4 runs did here
-    steps.clear()
-    gc.collect()
-    dist.destroy_process_group()
+    del session  # it holds the wrapped model too
+    leave_world(steps)
 
 
 def median_ci(values: list[float]) -> tuple[float, float]:

@@ -479,7 +479,7 @@ def power_check(console: Console, path: Path, batch_path: Path | None = None
             errors += goals
             misses += [f"{record['id']}: {what} {err * 100:+.1f} % (goal {goal * 100:g} %)"
                        for what, err, goal in goals if abs(err) > goal]
-        moved = moved_text(pred, result.calibration.fixed_assumed)
+        moved = "calibration" if calibration else moved_text(pred, result.calibration.fixed_assumed)
         table.add_row(str(pred.gpus), str(scenario.batch_at(pred.gpus)),
                       f"{published['throughput']:,.0f}", f"{pred.throughput:,.0f}",
                       "calibration" if calibration else f"{err_t * 100:+.1f} %",

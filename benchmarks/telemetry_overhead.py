@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -26,14 +25,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import cpu_seconds, describe, dtpo_step, interleaved_rounds  # noqa: E402 - the sibling benchmark's loop and statistics
+from overhead import cpu_seconds, describe, dtpo_step, interleaved_rounds, join_world, leave_world  # noqa: E402 - the sibling benchmark's loop and statistics
 
 import dtpo  # noqa: E402
 from dtpo.core.config import RunConfig, TelemetryConfig  # noqa: E402
@@ -53,11 +51,8 @@ def session_for(name: str, out: str, telemetry: bool) -> dtpo.Session:
     return dtpo.Session(run_config=config, run_dir=Path(out) / name, progress=False, summary=False)
 
 
-def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+def worker(rank: int, world: int, args: argparse.Namespace, out: str) -> None:
+    join_world(rank, world, out)
     # Made in the order off, on, off-aa: a bias from the order of creation (memory placement, thread start)
     # then shows in the A/A control rather than hiding in the on/off ratio.
     sessions = {name: session_for(name, out, name == "on") for name in ("off", "on", "off-aa")}
@@ -70,7 +65,8 @@ def worker(rank: int, world: int, port: int, args: argparse.Namespace, out: str)
     dist.all_gather_object(everyone, {"wall": wall, "cpu": cpu, "callback_s": callback_s})
     if rank == 0:
         Path(out, "times.json").write_text(json.dumps(everyone))
-    dist.destroy_process_group()
+    sessions.clear()  # they hold the wrapped models too
+    leave_world(steps)
 
 
 def time_metrics_callback(session: dtpo.Session, calls: int = 5000) -> dict[str, float]:
@@ -135,9 +131,6 @@ def main() -> int:
                         help="seconds between scrapes of the endpoint (Prometheus's default is 60, 15 is common)")
     args = parser.parse_args()
     console = Console(width=max(Console().width, 120))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     counts = {"scrapes": 0, "failed": 0, "bytes": 0}
     with tempfile.TemporaryDirectory() as out:
         os.environ.setdefault("DTPO_CACHE_DIR", str(Path(out) / "cache"))
@@ -145,7 +138,7 @@ def main() -> int:
         scraper = threading.Thread(target=scrape_while, args=(out, args.scrape_interval, stop, counts), daemon=True)
         scraper.start()
         try:
-            mp.spawn(worker, args=(2, port, args, out), nprocs=2, join=True)
+            mp.spawn(worker, args=(2, args, out), nprocs=2, join=True)
         finally:
             stop.set()
             scraper.join(timeout=10)

@@ -68,6 +68,8 @@ def test_the_fit_gives_the_fixed_part_a_confidence_interval_that_widens_with_the
     (low, high), (low3, high3) = fit_batch_times(bumped).fixed_range_s, fit_batch_times(noisier).fixed_range_s
     assert low < fit_batch_times(bumped).fixed_s < high and high3 - low3 > 2 * (high - low)
     assert low3 >= 0.0  # clamped: no time given back
+    loose = fit_batch_times([(8, 0.020), (16, 0.012), (32, 0.060)]).fixed_range_s  # one degree of freedom: t = 12.7
+    assert loose is not None and loose[1] == pytest.approx(0.020)  # never more than the smallest micro-batch took
 
 
 def test_student_t_quantiles() -> None:

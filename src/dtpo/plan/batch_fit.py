@@ -44,8 +44,8 @@ class BatchFit:
             measurement noise, not time given back).
         per_sample_s: Time each sample adds.
         points: The ``(batch, seconds)`` points fitted, ascending by batch.
-        fixed_range_s: The fixed part's :data:`CONFIDENCE` interval, clamped at 0 (``None`` with two points: no
-            degrees of freedom are left to judge the scatter by).
+        fixed_range_s: The fixed part's :data:`CONFIDENCE` interval, clamped at 0 and at the smallest micro-batch's
+            time (``None`` with two points: no degrees of freedom are left to judge the scatter by).
     """
 
     fixed_s: float
@@ -89,7 +89,8 @@ def fit_batch_times(points: list[tuple[int, float]] | tuple[tuple[int, float], .
     if dof > 0:  # the intercept's standard error, from the residuals' scatter
         residual_var = sum((t - fixed - slope * b) ** 2 for b, t in ordered) / dof
         half = t_quantile(CONFIDENCE, dof) * math.sqrt(residual_var * (1 / len(ordered) + mean_b ** 2 / spread))
-        interval = (max(fixed - half, 0.0), max(fixed + half, 0.0))
+        # no part of a micro-batch is negative, and none fixed is longer than the smallest micro-batch measured
+        interval = (max(fixed - half, 0.0), min(max(fixed + half, 0.0), ordered[0][1]))
     if fixed < 0:
         log.info("micro-batch fit: intercept %.3g s below zero, taken as no fixed part", fixed)
         slope = sum(b * t for b, t in ordered) / sum(b * b for b in sizes)  # through the origin instead

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,8 @@ def with_fixed_part(scenario: Scenario, calibration: Calibration, share: float |
     if share is not None:
         note, assumed = f"micro-batch: {share:.0%} of it at the calibration batch taken as fixed (sensitivity)", True
     elif spec is not None and spec.times_s:
-        sizes = ", ".join(str(b) for b, _ in spec.times_s)
+        counts = Counter(b for b, _ in spec.times_s)
+        sizes = ", ".join(f"{b} (x{n})" if n > 1 else str(b) for b, n in sorted(counts.items()))
         try:
             fit = fit_batch_times(spec.times_s)
         except ConfigError as exc:  # measured, but too noisy to split: said so, and assumed as with one size
