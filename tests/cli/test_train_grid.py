@@ -127,15 +127,20 @@ def _dirty_middle(path: Path) -> Path:
     return path
 
 
+def _pause_run(signal: Path, run_dir: Path, *extra: str) -> list[str]:
+    """``dtpo train`` of 160 mlp steps pausing on ``signal``, replayed at 450 signal seconds per wall second (the
+    dirty half-hour is a 4 s pause)."""
+    return dtpo_cli("train", "--workload", "mlp", "--steps", "160", "--window-steps", "5", "--grid-signal", str(signal),
+                    "--grid-policy", "pause", "--grid-replay", "450", "--run-dir", str(run_dir), "--no-report",
+                    "--no-trace", *extra)
+
+
 @pytest.mark.slow
 def test_on_cpu_the_run_pauses_through_the_dirty_interval_as_one_run(tmp_path: Path) -> None:
     # 450 signal seconds per wall second: the dirty half-hour is a 4 s pause, longer than the stall floor (3 s)
     signal = _dirty_middle(tmp_path / "signal.csv")
     run_dir = tmp_path / "run"
-    done = subprocess.run(dtpo_cli("train", "--workload", "mlp", "--steps", "160", "--window-steps", "5",
-                                   "--grid-signal", str(signal), "--grid-policy", "pause", "--deadline", "6",
-                                   "--grid-replay", "450", "--stall-floor", "3", "--run-dir", str(run_dir),
-                                   "--no-report", "--no-trace"),
+    done = subprocess.run(_pause_run(signal, run_dir, "--deadline", "6", "--stall-floor", "3"),
                           env={**os.environ, "DTPO_STATE_DIR": str(tmp_path / "state")}, capture_output=True,
                           text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -161,10 +166,7 @@ def test_on_cpu_the_run_pauses_through_the_dirty_interval_as_one_run(tmp_path: P
 def test_a_worker_lost_during_a_pause_resumes_from_the_pause_checkpoint_with_its_schedule(tmp_path: Path) -> None:
     signal = _dirty_middle(tmp_path / "signal.csv")
     run_dir = tmp_path / "run"
-    launched = subprocess.Popen(dtpo_cli("train", "--workload", "mlp", "--steps", "160", "--window-steps", "5",
-                                         "--grid-signal", str(signal), "--grid-policy", "pause", "--deadline", "8",
-                                         "--grid-replay", "450", "--max-restarts", "1", "--run-dir", str(run_dir),
-                                         "--no-report", "--no-trace"),
+    launched = subprocess.Popen(_pause_run(signal, run_dir, "--deadline", "8", "--max-restarts", "1"),
                                 env={**os.environ, "DTPO_STATE_DIR": str(tmp_path / "state")},
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -249,22 +250,34 @@ def test_a_deadline_that_cannot_be_met_holds_the_fastest_limit_and_says_so(
     assert "could not be met" in section["note"] and not section["outcome"]["deadline_met"]
 
 
+def _checkpointed(cb: GridCallback) -> dict[str, Any]:
+    """The callback's state as a checkpoint keeps it (through JSON), its GPUs' limits put back (the process ends)."""
+    state = json.loads(json.dumps(cb.state_dict()))
+    cb.restore()
+    return state
+
+
+def _resumed(tmp_path: Path, later: Run, gpus: list[NvmlGpu], state: dict[str, Any]) -> GridCallback:
+    """A new callback on ``later``'s run, started, then given the checkpointed ``state``."""
+    resumed = make(tmp_path, later, gpus, deadline_h=DEADLINE_H)
+    resumed.on_train_start(later.session)
+    resumed.load_state_dict(state)
+    return resumed
+
+
 def test_a_resumed_run_goes_on_with_the_same_schedule_without_sweeping_again(
         tmp_path: Path, nvml: FakeNvml, gpus: list[NvmlGpu]) -> None:
     run = Run(nvml)
     cb = make(tmp_path, run, gpus, deadline_h=DEADLINE_H)
     run.train(cb, until=120)
     assert cb.phase == "throttle"
-    state = json.loads(json.dumps(cb.state_dict()))
-    cb.restore()
+    state = _checkpointed(cb)
 
     later = Run(nvml)
     later.now = run.now + 1.0  # restarted a fake second (15 signal minutes) later, from step 120
     later.steps = later.measured = 120
     later.session.start_step = 120
-    resumed = make(tmp_path, later, gpus, deadline_h=DEADLINE_H)
-    resumed.on_train_start(later.session)
-    resumed.load_state_dict(state)
+    resumed = _resumed(tmp_path, later, gpus, state)
     assert resumed.phase == "restored" and resumed.signal_clock.wall_start == cb.signal_clock.wall_start
     while later.steps < STEPS:
         later.step(resumed)
@@ -285,11 +298,8 @@ def test_a_sweep_cut_short_starts_again_after_a_resume(tmp_path: Path, nvml: Fak
     cb = make(tmp_path, run, gpus, deadline_h=DEADLINE_H)
     run.train(cb, until=8)
     assert cb.phase == "sweep"
-    state = json.loads(json.dumps(cb.state_dict()))
-    cb.restore()
+    state = _checkpointed(cb)
     later = Run(nvml)
-    resumed = make(tmp_path, later, gpus, deadline_h=DEADLINE_H)
-    resumed.on_train_start(later.session)
-    resumed.load_state_dict(state)
+    resumed = _resumed(tmp_path, later, gpus, state)
     assert resumed.phase == "sweep" and not resumed.settings
     resumed.restore()

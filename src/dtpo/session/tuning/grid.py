@@ -53,8 +53,8 @@ from dtpo.session.tuning.gpu_knobs import ranks_agree_on_limits
 from dtpo.tune.cost import JOULES_PER_KWH
 from dtpo.tune.grid_policy import GridJob, GridSetting, Throttle, blind_plan, replay
 
-__all__ = ["GridCallback", "SignalClock", "against_blind", "decision_signals", "shared", "shared_min", "signal_section",
-           "sweep_limits"]
+__all__ = ["GridCallback", "SignalClock", "against_blind", "decision_signals", "new_segment", "shared", "shared_min",
+           "signal_section", "sweep_limits"]
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +161,21 @@ def signal_section(actual: GridSignal | None, clock: SignalClock | None, decided
         count = clock.job_interval(job_time_s) + 1
         signal["values"] = [float(v) for v in values_from(actual, clock.interval_start(0), count)]
     return signal
+
+
+def new_segment(clock: SignalClock, actual: GridSignal, job_time_s: float, phase: str, power_limit_w: float | None,
+                from_step: int, decision: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A stretch of a record's ``grid`` intervals, opening at ``job_time_s`` (signal seconds from the anchor
+    interval's start) with step ``from_step``; its ``seconds`` and ``energy_j`` grow as the run goes on."""
+    interval = clock.job_interval(job_time_s)
+    segment: dict[str, Any] = {
+        "interval": clock.anchor + interval,
+        "start": (clock.interval_start(0) + timedelta(seconds=job_time_s)).isoformat(), "phase": phase,
+        "signal": float(values_from(actual, clock.interval_start(interval), 1)[0]), "power_limit_w": power_limit_w,
+        "from_step": from_step, "seconds": 0.0, "energy_j": 0.0}
+    if decision is not None:
+        segment["decision"] = decision
+    return segment
 
 
 def against_blind(policy: str, plan: list[int], settings: list[GridSetting], job: GridJob, default: int,
@@ -367,9 +382,8 @@ class GridCallback(Callback):
 
     def _set_limit(self, watts: float, session: RunView, phase: str, done_steps: int,
                    decision: dict[str, Any] | None = None) -> None:
-        """Hold ``watts`` from now, ``done_steps`` after the schedule began (every rank calls it with the same figures)
-        and open a segment of
-        the record."""
+        """Hold ``watts`` from now, ``done_steps`` after the schedule began (every rank calls it with the same figures),
+        and open a segment of the record."""
         self.segments.append(self._segment(phase, watts, done_steps, decision))
         if watts == self.applied or self.controller is None:
             self.applied = watts if self.controller is not None else self.applied
@@ -388,17 +402,9 @@ class GridCallback(Callback):
     def _segment(self, phase: str, watts: float, done_steps: int, decision: dict[str, Any] | None = None
                  ) -> dict[str, Any]:
         """A new stretch of the record, from now (``done_steps``: steps since the schedule began)."""
-        clock = self.signal_clock
-        assert clock is not None and self.actual is not None
-        interval = clock.job_interval(self._job_time)
-        when = clock.interval_start(0) + timedelta(seconds=self._job_time)
-        segment: dict[str, Any] = {
-            "interval": clock.anchor + interval, "start": when.isoformat(), "phase": phase,
-            "signal": float(values_from(self.actual, clock.interval_start(interval), 1)[0]),
-            "power_limit_w": watts, "from_step": self._first_step + done_steps, "seconds": 0.0, "energy_j": 0.0}
-        if decision is not None:
-            segment["decision"] = decision
-        return segment
+        assert self.signal_clock is not None and self.actual is not None
+        return new_segment(self.signal_clock, self.actual, self._job_time, phase, watts,
+                           self._first_step + done_steps, decision)
 
     def _stop_applying(self, why: str) -> None:
         """Keep deciding with the other ranks (the window all-reduces go on), but change nothing on this rank."""

@@ -34,7 +34,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +50,7 @@ from dtpo.session.tuning.grid import (
     SignalClock,
     against_blind,
     decision_signals,
+    new_segment,
     shared,
     shared_min,
     signal_section,
@@ -184,8 +184,8 @@ class GridPauseCallback(Callback):
     def _probe_idle(self, session: RunView) -> None:
         """Hold still for ``idle_probe_s`` and measure the job's power meanwhile: what a pause that keeps the
         devices costs (every rank together; nothing where energy is not measured)."""
-        energy = getattr(session, "energy", None)
-        if energy is None or not hasattr(energy, "skip_gap") or self.energy_source == "not measured":
+        energy = _energy_callback(session)
+        if energy is None or self.energy_source == "not measured":
             return
         started = self.clock()
         until = started + self.idle_probe_s
@@ -239,9 +239,7 @@ class GridPauseCallback(Callback):
             # the part of this interval already spent is not available: count it as work still to do
             spent = self._job_time - interval * job.interval_s
             effective = done - spent / setting.time_per_sample_s
-            job_now = GridJob(job.samples, job.deadline_s, job.interval_s, resume_s=self._resume_s,
-                              idle_power_w=self._idle_w)
-            policy.job = job_now
+            policy.job = replace(job, resume_s=self._resume_s, idle_power_w=self._idle_w)
             action = policy.decide(interval, effective, self._forecast_values)
             decision = {"done": effective, "expected_saving": policy.expected_saving, "resume_s": self._resume_s,
                         "idle_power_w": self._idle_w,
@@ -276,12 +274,12 @@ class GridPauseCallback(Callback):
             if session.rank == 0:
                 log.info("grid: paused at step %d: the forecast %.4g is above the threshold %.4g",
                          self._first_step + done_steps,
-                         float(self._forecast_values[interval]), policy_threshold(decision))
+                         float(self._forecast_values[interval]), _threshold(decision))
         until = clock.wall_start + ((interval + 1) * clock.signal.interval_s - clock.offset_s) / speedup
         while (left := until - self.clock()) > 0:
             self.sleep(min(left, SLEEP_CHUNK_S))
-        energy = getattr(session, "energy", None)
-        gap = energy.skip_gap() if energy is not None and hasattr(energy, "skip_gap") else None
+        energy = _energy_callback(session)
+        gap = energy.skip_gap() if energy is not None else None
         now = self.clock()
         (total,), (job_time,) = shared(session, [gap.total_j if gap is not None else 0.0], [clock.job_time_s(now)])
         self.segments[-1]["seconds"] += (now - self._clock_mark) * speedup
@@ -307,17 +305,9 @@ class GridPauseCallback(Callback):
 
     def _open_segment(self, phase: str, done_steps: int, decision: dict[str, Any] | None = None) -> None:
         """A new stretch of the record, from now (``done_steps``: steps since the schedule began)."""
-        clock, actual = self.signal_clock, self.actual
-        assert clock is not None and actual is not None
-        interval = clock.job_interval(self._job_time)
-        segment: dict[str, Any] = {
-            "interval": clock.anchor + interval,
-            "start": (clock.interval_start(0) + timedelta(seconds=self._job_time)).isoformat(), "phase": phase,
-            "signal": float(values_from(actual, clock.interval_start(interval), 1)[0]), "power_limit_w": None,
-            "from_step": self._first_step + done_steps, "seconds": 0.0, "energy_j": 0.0}
-        if decision is not None:
-            segment["decision"] = decision
-        self.segments.append(segment)
+        assert self.signal_clock is not None and self.actual is not None
+        self.segments.append(new_segment(self.signal_clock, self.actual, self._job_time, phase, None,
+                                         self._first_step + done_steps, decision))
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
@@ -427,10 +417,17 @@ class GridPauseCallback(Callback):
         return None
 
 
-def policy_threshold(decision: dict[str, Any]) -> float:
+def _threshold(decision: dict[str, Any]) -> float:
     """The threshold a decision chose (``inf``: none, run throughout)."""
     threshold = decision.get("threshold")
     return math.inf if threshold is None else float(threshold)
+
+
+def _energy_callback(session: RunView) -> Any:
+    """The producer's energy callback, where it measures energy and can keep a pause out of the run (``skip_gap``);
+    else ``None``."""
+    energy = getattr(session, "energy", None)
+    return energy if energy is not None and hasattr(energy, "skip_gap") else None
 
 
 def _heartbeat(session: RunView) -> HeartbeatWriter | None:
