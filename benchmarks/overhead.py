@@ -7,10 +7,10 @@ Linear(8, 8) (many tensors), both judged against at most 30 us per step plus 0.5
 median over blocks of steps (each block's mean per counted step, window ends and flushes included); and a
 diagnostic, 2 x Linear(512, 512) (4 tensors, about as much work between the calls as the many-tensor model), not
 judged, which shows how much of a cost comes from the work between the calls (caches and predictors gone cold)
-rather than from the tensors (one process has no DDP: the gradient-ready stamp DDP runs per parameter tensor is
-in the wall ratio below, not in the counter). Next to them the mean over the whole run (what the record keeps)
-and, for context, the difference of the process CPU time of the Session loop and a plain loop in paired blocks
-(the old measure).
+rather than from the tensors (one process has no DDP: the gradient-ready stamp DDP runs, on one parameter tensor
+once it learned which comes last, is in the wall ratio below, not in the counter). Next to them the mean over
+the whole run (what the record keeps) and, for context, the difference of the process CPU time of the Session
+loop and a plain loop in paired blocks (the old measure).
 
 Then the paired wall ratio, ``--runs`` times, each with fresh processes: two gloo ranks train three copies of the
 same model on the same data: a plain DDP loop (the reference), a second plain DDP loop (the A/A control: its ratio

@@ -78,3 +78,18 @@ def test_a_broken_callback_at_the_rank_end_costs_a_warning_not_the_others(caplog
         stream.rank_end(rank)
     assert rank.error == "seen by rank 3"
     assert "Broken failed at the end of the run: boom" in caplog.text
+
+
+class Reader(Log):
+    live_step_end = False
+
+
+def test_the_stream_says_whether_a_callback_wants_each_record_as_its_step_ends() -> None:
+    out: list[tuple[str, str, Any]] = []
+    callbacks: list[Callback] = [Reader("r", out), Broken()]  # Broken has no on_step_end: it never counts
+    stream = StepStream(SimpleNamespace(), callbacks, window_steps=100)
+    stream.step_begin(0)
+    assert not stream.live_step_end
+    callbacks.append(Log("live", out))
+    stream.step_begin(1)  # the list changed: looked at again
+    assert stream.live_step_end

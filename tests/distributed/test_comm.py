@@ -67,7 +67,9 @@ def _switching(rank: int, out: str) -> None:
         before = next(counter)
         loss.backward()
         after = next(counter)
-        assert comm.ready_count == 2, comm.ready_count  # weight and bias, each stamped once
+        # weight and bias, each stamped once, while learning (the first reset() has no backward before it); then the
+        # weight alone, the last gradient (the parameters nearest the input come last)
+        assert comm.ready_count == comm.hooked == (2 if step < 2 else 1), (step, comm.ready_count, comm.hooked)
         assert before < comm.last_ready < after  # stamped during backward, before it returned
         assert comm.compression == name
         weight, bias = (p.grad for p in model.module.parameters())
@@ -102,7 +104,9 @@ def _switching(rank: int, out: str) -> None:
 
 
 def _accumulation(rank: int) -> None:
-    """k micro-batches under no_sync (all but the last) give the same update as one k-times larger batch."""
+    """k micro-batches under no_sync (all but the last) give the same update as one k-times larger batch, also
+    while the gradient stamps switch from every parameter to the last one (reset() before each micro-step's
+    backward, as the loop does)."""
     counter = itertools.count()
     for compression in ("none", "powersgd"):
         comm = GradientComm(lambda: next(counter))
@@ -113,20 +117,21 @@ def _accumulation(rank: int) -> None:
             micro = [_batch(rank, 10 * step + i) for i in range(2)]
             for i, x in enumerate(micro):
                 last = i == len(micro) - 1
+                comm.reset()
                 if last:
-                    comm.reset()
                     loss = (accum(x) ** 2).sum() / len(micro)
                     loss.backward()
                 else:
                     with accum.no_sync():
                         ((accum(x) ** 2).sum() / len(micro)).backward()
-            assert comm.ready_count == 2
+                assert comm.ready_count == comm.hooked > 0
             ((whole(torch.cat(micro)) ** 2).sum() / len(micro)).backward()
             for a, b in zip(accum.parameters(), whole.parameters(), strict=True):
                 if compression == "none" or step == 0:  # PowerSGD waits for DDP's buckets: step 0 is exact
                     torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6)
                 a.grad = None
                 b.grad = None
+        assert comm.hooked == 1  # learned within the 6 micro-steps, with either compression
 
 
 def _powersgd_many_buckets(rank: int) -> None:
@@ -220,3 +225,159 @@ def test_one_process_is_not_wrapped_and_not_attached() -> None:
     module = nn.Linear(2, 2)
     assert wrap_model(module, _single(), "ddp", comm, compression="fp16") is module
     assert not comm.attached
+
+
+# -- which parameter is stamped: learned, then watched (one process, no DDP) -----------------------------------
+
+
+class _Layers(nn.Module):
+    """Three WIDTH-wide Linear layers applied in ``self.order`` (layer indices; leaving one out skips it). In
+    ``parameters()`` layer i's weight is parameter 2i and its bias 2i + 1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList([nn.Linear(WIDTH, WIDTH) for _ in range(3)])
+        self.order = [0, 1, 2]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for i in self.order:
+            x = torch.tanh(self.layers[i](x))
+        return x
+
+
+class _Stamped:
+    """A GradientComm hooked on ``_Layers`` directly, and what every parameter hook would have seen.
+
+    The test's own hooks (registered first, so each runs before the GradientComm's on the same parameter) note the
+    order in which the backward accumulates the parameters; the mark is (gradients accumulated so far, the
+    parameter just accumulated), so ``comm.last_ready`` says which parameter was stamped and whether it was the
+    backward's last gradient: with every parameter hooked the last stamp is ``(len(order), order[-1])``.
+    """
+
+    def __init__(self, net: nn.Module | None = None, **kwargs: int) -> None:
+        self.net = net if net is not None else _Layers()
+        self.order: list[int] = []
+        params = list(self.net.parameters())
+        for i, p in enumerate(params):
+            p.register_post_accumulate_grad_hook(lambda p, i=i: self.order.append(i))
+        self.comm = GradientComm(lambda: (len(self.order), self.order[-1]), **kwargs)
+        self.comm._hook_parameters(params)
+
+    def step(self) -> tuple[int, int]:
+        """One backward as the loop makes it (reset() first); the last stamp every hook would have given."""
+        self.comm.reset()
+        self.order.clear()
+        self.net.zero_grad(set_to_none=True)
+        self.net(torch.ones(4, WIDTH)).square().sum().backward()
+        return len(self.order), self.order[-1]
+
+
+def test_stamps_learn_the_last_parameter_then_hook_it_alone() -> None:
+    s = _Stamped()
+    hooked = []
+    for _ in range(6):
+        last = s.step()
+        assert last == (6, 0)  # the first layer's weight comes last
+        assert s.comm.last_ready == last  # the same last stamp, whether learning or watching
+        assert s.comm.ready_count == s.comm.hooked  # every hook stamped once
+        hooked.append(s.comm.hooked)
+    # the first reset() comes before any backward; two complete backwards ending with parameter 0, then it alone
+    assert hooked == [6, 6, 1, 1, 1, 1]
+
+
+def test_a_single_parameter_and_none() -> None:
+    net = nn.Linear(WIDTH, 1, bias=False)
+    s = _Stamped(net)
+    for _ in range(4):
+        assert s.step() == (1, 0)
+        assert (s.comm.last_ready, s.comm.ready_count, s.comm.hooked) == ((1, 0), 1, 1)
+    empty = GradientComm(lambda: 0)
+    empty._hook_parameters([])
+    empty.reset()
+    assert (empty.hooked, empty.ready_count, empty.last_ready) == (0, 0, None)
+
+
+def test_a_backward_leaving_the_watched_parameter_out_returns_to_learning() -> None:
+    s = _Stamped(relearn_every=10)
+    for _ in range(3):
+        s.step()
+    assert s.comm.hooked == 1
+    s.net.order = [1, 2]  # the first layer unused on this step (as with find_unused_parameters)
+    assert s.step() == (4, 2)
+    assert (s.comm.ready_count, s.comm.last_ready) == (0, None)  # no stamp: the timer ends compute at backward's end
+    s.net.order = [0, 1, 2]
+    assert s.step() == (6, 0)
+    assert (s.comm.hooked, s.comm.ready_count, s.comm.last_ready) == (6, 6, (6, 0))  # every parameter again
+    for _ in range(2):
+        assert s.step() == s.comm.last_ready == (6, 0)
+    assert s.comm.hooked == 1  # learned again
+    # A second miss in a row: every parameter stays hooked until the next attempt, RELEARN_EVERY backwards later.
+    s.net.order = [1, 2]
+    s.step()
+    assert s.comm.ready_count == 0
+    s.net.order = [0, 1, 2]
+    hooked = []
+    for _ in range(13):
+        assert s.step() == s.comm.last_ready == (6, 0)
+        assert s.comm.ready_count == s.comm.hooked
+        hooked.append(s.comm.hooked)
+    # the attempt starts from the 10th such backward and needs one more
+    assert hooked == [6] * 11 + [1, 1]
+
+
+def test_a_changed_graph_that_skips_the_first_layer_for_good_keeps_every_hook() -> None:
+    s = _Stamped(relearn_every=10)
+    for _ in range(3):
+        s.step()
+    s.net.order = [1, 2]
+    s.step()  # the miss
+    for _ in range(30):
+        last = s.step()
+        assert last == (4, 2)
+        # four of the six hooked parameters get a gradient: never a complete backward to learn from
+        assert (s.comm.hooked, s.comm.ready_count, s.comm.last_ready) == (6, 4, last)
+
+
+def test_periodic_relearning_catches_a_new_last_parameter() -> None:
+    s = _Stamped(relearn_every=5)
+    for _ in range(3):
+        s.step()
+    assert s.comm.hooked == 1
+    s.net.order = [1, 0, 2]  # layer 1 first now: its weight (parameter 2) comes last, parameter 0 is still used
+    watched = 0
+    while s.comm.hooked == 1:
+        last = s.step()
+        assert last == (6, 2)
+        if s.comm.hooked == 1:
+            watched += 1
+            # what RELEARN_EVERY bounds: the old watched parameter's stamp, earlier than the last gradient
+            assert s.comm.last_ready == (4, 0)
+    assert watched == 4  # watched for 5 backwards (one before the change), then every parameter hooked again
+    for _ in range(5):
+        assert s.step() == s.comm.last_ready == (6, 2)
+    assert s.comm.hooked == 1
+
+
+def test_a_dynamic_order_never_settles_on_a_wrong_parameter() -> None:
+    s = _Stamped(relearn_every=7)
+    rotations = [[0, 1, 2], [1, 2, 0], [2, 0, 1]]
+    for step in range(60):
+        s.net.order = rotations[step % 3]
+        last = s.step()
+        assert last == (6, 2 * s.net.order[0])
+        assert (s.comm.hooked, s.comm.ready_count, s.comm.last_ready) == (6, 6, last)
+
+
+def test_detach_removes_every_hook() -> None:
+    for backwards in (1, 4):  # detach while learning, and while watching
+        s = _Stamped()
+        for _ in range(backwards):
+            s.step()
+        assert s.comm.hooked == (6 if backwards == 1 else 1)
+        s.comm.detach()
+        assert s.comm.hooked == 0
+        for _ in range(3):
+            s.step()
+            assert (s.comm.hooked, s.comm.ready_count, s.comm.last_ready) == (0, 0, None)
+        assert all(len(p._post_accumulate_grad_hooks) == 1 for p in s.net.parameters())  # the test's own only

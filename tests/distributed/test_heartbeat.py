@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from dtpo.distributed.heartbeat import Beat, HeartbeatWriter, beat_path, read_beats
 
 
@@ -88,3 +90,21 @@ def test_a_pause_is_in_the_beat_and_progress_counts_again_from_its_end(tmp_path:
     writer.resume()
     [beat] = read_beats(tmp_path)
     assert not beat.paused and beat.progress_at == 500.0 and beat.step == 4
+
+
+def test_a_step_time_handed_over_late_counts_for_the_median_but_not_as_progress(tmp_path: Path) -> None:
+    from dtpo.core.record import StepRecord
+    from dtpo.session.callbacks.heartbeat import HeartbeatCallback
+
+    clock = FakeClock()
+    writer = HeartbeatWriter(tmp_path, rank=0, local_rank=0, attempt=0, clock=clock)
+    callback = HeartbeatCallback(writer)
+    callback.on_step_begin(None, 5)
+    clock.now += 1
+    callback.on_step_end(None, StepRecord(4, False, 8, 0.5, 0.0, 0.4, 0.0, 0.1))  # an earlier step's record
+    assert (writer.step, writer.in_step, writer.progress_at) == (5, True, 100.0)
+    callback.on_step_end(None, StepRecord(5, False, 8, 0.25, 0.0, 0.2, 0.0, 0.05))  # the step in hand
+    assert (writer.step, writer.in_step, writer.progress_at) == (5, False, 101.0)
+    writer.beat()
+    [beat] = read_beats(tmp_path)
+    assert beat.median_step_s == pytest.approx(0.375)

@@ -194,3 +194,78 @@ def test_a_loss_that_is_not_a_number_stops_the_run_as_diverged(tmp_path: Path) -
     assert partial.status == "diverged"
     assert "loss became nan at step 3" in partial.error
     assert len(partial.ranks[0].steps) == 4
+
+
+class WindowReader(Recorder):
+    """A Recorder that only reads the records: they may come together as their window closes."""
+
+    live_step_end = False
+
+
+def _train(session: dtpo.Session, steps: int, losses: list[float] | None = None) -> None:
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in session.batches(_data(), steps=steps):
+        loss = F.cross_entropy(model(x), y)
+        if losses is not None:
+            losses.append(loss.item())
+        session.backward(loss)
+        session.step(opt)
+
+
+def test_records_of_a_window_come_together_when_no_callback_wants_each_step(tmp_path: Path) -> None:
+    reader = WindowReader()
+    session = _session(tmp_path, warmup_steps=1, window_steps=3, callbacks=[reader])
+    losses: list[float] = []
+    _train(session, 7, losses)
+    session.finish()
+    # the warm-up step and the first measured one as they end; later ones just before their window closes
+    assert reader.calls == [("train_start", None), ("step_begin", 0), ("step_end", 0), ("step_begin", 1),
+                            ("step_end", 1), ("step_begin", 2), ("step_begin", 3), ("step_end", 2),
+                            ("step_end", 3), ("window_end", (1, 3)), ("step_begin", 4), ("step_begin", 5),
+                            ("step_begin", 6), ("step_end", 4), ("step_end", 5), ("step_end", 6),
+                            ("window_end", (4, 6)), ("rank_end", 7), ("train_end", "completed")]
+    steps = session.lifecycle.rank.steps
+    assert [s.step for s in steps] == list(range(7))
+    assert [s.loss for s in steps] == pytest.approx(losses)
+    assert all(s.step_s > 0 and s.compute_s > 0 and s.samples == 8 and s.started_at is not None for s in steps)
+    assert [s.warmup for s in steps] == [True] + [False] * 6
+
+
+def test_one_callback_that_wants_each_step_gets_every_record_as_its_step_ends(tmp_path: Path) -> None:
+    live, reader = Recorder(), WindowReader()
+    session = _session(tmp_path, warmup_steps=1, window_steps=3, callbacks=[live, reader])
+    _train(session, 7)
+    session.finish()
+    assert live.calls == reader.calls
+    assert live.calls[5:9] == [("step_begin", 2), ("step_end", 2), ("step_begin", 3), ("step_end", 3)]
+
+
+def test_reading_the_rank_record_brings_in_the_waiting_steps(tmp_path: Path) -> None:
+    session = _session(tmp_path, warmup_steps=0, window_steps=100)
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = []
+    for x, y in session.batches(_data(), steps=5):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+        seen.append(len(session.lifecycle.rank.steps))
+        assert session.rank_record.steps[-1].step == len(seen) - 1
+    session.finish()
+    assert seen == [1, 1, 2, 3, 4]  # the first measured step's record as it ends; each later one waits
+
+
+def test_a_loop_left_early_with_a_waiting_step_that_diverged_ends_as_diverged(tmp_path: Path) -> None:
+    session = _session(tmp_path, warmup_steps=0, window_steps=100)
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(DivergedError, match="loss became nan at step 2 on rank 0"), session:
+        for step, (x, y) in enumerate(session.batches(_data(), steps=10)):
+            loss = F.cross_entropy(model(x), y)
+            session.backward(loss * math.nan if step == 2 else loss)
+            session.step(opt)
+            if step == 4:
+                break
+    partial = RunRecord.load(rank_record_path(tmp_path, 0))
+    assert partial.status == "diverged"
+    assert [s.step for s in partial.ranks[0].steps] == [0, 1, 2]  # what came after the NaN is dropped

@@ -7,7 +7,10 @@ Session, a plain loop's step reporter) calls them in list order on every rank, t
 * ``on_train_start(session)``: once, before the first batch is requested.
 * ``on_step_begin(session, step)``: before the first micro-batch of optimizer step ``step`` is requested.
 * ``on_step_end(session, step_record)``: after the optimizer stepped; ``step_record`` is the step's
-  :class:`~dtpo.core.record.StepRecord` (its breakdown on this rank).
+  :class:`~dtpo.core.record.StepRecord` (its breakdown on this rank). A callback that only reads the records
+  (sums, step-time statistics, a display) sets :attr:`Callback.live_step_end` to ``False``: while every
+  ``on_step_end`` callback of a run does, a producer may hand them a window's measured records together, in step
+  order, as the window closes (before ``on_window_end``), and save building each record with cold caches.
 * ``on_window_end(session, window)``: after every ``window_steps`` measured optimizer steps (and once more
   for a last, shorter window at the end). The built-in energy callback comes first and fills
   ``window.energy_j``, so later callbacks (tuners) see time, samples and energy together.
@@ -33,7 +36,14 @@ __all__ = ["Callback"]
 
 
 class Callback:
-    """Base class of step-stream callbacks: every hook does nothing; override the ones you need."""
+    """Base class of step-stream callbacks: every hook does nothing; override the ones you need.
+
+    Attributes:
+        live_step_end: Whether :meth:`on_step_end` must run as each step ends (a tuner that acts between
+            steps). ``False``: a window's measured records may come together as it closes, in step order.
+    """
+
+    live_step_end = True
 
     def on_train_start(self, session: RunView) -> None:
         """Before the first batch is requested."""

@@ -44,6 +44,9 @@ class StepStream:
         # the per-step hooks' listeners, read without a lookup by name (they run at every step)
         self._step_begin: list[Any] = []
         self._step_end: list[Any] = []
+        # whether some on_step_end callback wants each record as its step ends (Callback.live_step_end); if not, the
+        # producer may hand a window's records over as it closes (read after step_begin, which keeps it current)
+        self.live_step_end = True
 
     @property
     def open_steps(self) -> int:
@@ -122,4 +125,6 @@ class StepStream:
                            for name in HOOKS}
         self._listeners_of, self._listened = callbacks, len(callbacks)
         self._step_begin, self._step_end = self._listeners["on_step_begin"], self._listeners["on_step_end"]
+        self.live_step_end = any(getattr(cb, "live_step_end", True) for cb in callbacks
+                                  if getattr(type(cb), "on_step_end", None) is not Callback.on_step_end)
         return self._listeners

@@ -144,6 +144,10 @@ class HeartbeatWriter:
     def step_ended(self, step: int, step_s: float) -> None:
         """Step ``step`` ended after ``step_s`` seconds."""
         self.step, self.in_step, self.progress_at = step, False, self.clock()
+        self.step_timed(step_s)
+
+    def step_timed(self, step_s: float) -> None:
+        """An earlier step took ``step_s`` seconds (for the median step time; no progress)."""
         if len(self._recent) < _RECENT_STEPS:
             self._recent.append(step_s)
         else:

@@ -61,7 +61,7 @@ from dtpo.session.lifecycle import agree_on_run_dir
 from dtpo.session.loop.batch_size import count_samples
 from dtpo.session.loop.bookkeeping import BookkeepingCounter
 from dtpo.session.loop.clock import clock_for
-from dtpo.session.loop.divergence import check_loss
+from dtpo.session.loop.divergence import DivergedError, check_loss
 from dtpo.session.loop.mfu import peak_flops
 from dtpo.session.loop.precision import Precision
 from dtpo.session.loop.probe import ProbeRequest
@@ -184,6 +184,13 @@ class Session(StreamProducer):
     def step_count(self) -> int:
         """Optimizer steps done so far."""
         return self._step
+
+    @property
+    def rank_record(self) -> RankRecord:
+        """This rank's measurements so far, with every finished step's record (reading it builds the records that
+        wait for their window's end: :meth:`settle_steps`)."""
+        self.settle_steps()
+        return self._run.lifecycle.rank
 
     @property
     def model(self) -> nn.Module | None:
@@ -389,6 +396,7 @@ class Session(StreamProducer):
             try:
                 batch = next(iterator) if plain else self._next_micro_batch(iterator)
             except StopIteration:
+                self.settle_steps()
                 return
             if counting:
                 bookkeeping.enter()
@@ -406,6 +414,7 @@ class Session(StreamProducer):
                 raise RuntimeError("call session.backward(loss) for every batch from session.batches()")
             if timer.backward_done:
                 raise RuntimeError("call session.step(optimizer) after session.backward(loss)")
+        self.settle_steps()  # the last steps' records, in the loop (a NaN among them raises where the loop runs)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of a micro-batch's loss, scaled by ``1 / grad_accum`` so k micro-batches equal one
@@ -454,7 +463,9 @@ class Session(StreamProducer):
             True when the optimizer stepped.
 
         Raises:
-            DivergedError: The loss is NaN or infinite (the run ends with ``status: "diverged"``).
+            DivergedError: The loss is NaN or infinite (the run ends with ``status: "diverged"``): this step's, or
+                that of a step whose record waited for the window's end (:meth:`settle_steps`), at most a window
+                later; the checkpoint saves and the loop's end check it first.
         """
         probes = self._probes
         if probes.state is not None and probes.step(optimizer, self._model):  # a probe pass's
@@ -497,6 +508,7 @@ class Session(StreamProducer):
     def close_window(self) -> None:
         """Close the open window of steps now (:meth:`finish` would close it), so that work after the last step,
         such as an evaluation, counts in no window, nor in the run's time and energy."""
+        self.settle_steps()
         self._run.stream.close_window()
 
     def note_evaluation(self, loss: float, samples: int) -> None:
@@ -519,11 +531,20 @@ class Session(StreamProducer):
             self.checkpoints.close(error)
         except Exception as exc:  # a checkpoint that could not be completed must not cost the record
             log.warning("the last checkpoint could not be completed: %s", exc)
-        self.close_window()
+        diverged = None
+        try:
+            self.close_window()
+        except DivergedError as exc:  # a waiting step's loss (a loop left early): the run ends diverged
+            diverged = exc
+            error = error or exc
+            self._run.stream.close_window()
         rank = self.lifecycle.rank
         rank.switches = list(self.switch_log)
         rank.bookkeeping_s_per_step = self.bookkeeping.seconds_per_step
-        return self._run.finish(error)
+        record = self._run.finish(error)
+        if diverged is not None and diverged is error:
+            raise diverged
+        return record
 
     def __enter__(self) -> Session:
         return self
@@ -578,13 +599,27 @@ class Session(StreamProducer):
 
     def _close_step(self, end: Any) -> None:
         summed, self._loss = self._loss, None
+        step, start, config = self._step, self.start_step, self.config
+        run = self._run
+        stream = run.stream
+        if not stream.live_step_end and step > start + config.warmup_steps:
+            # a measured step after the first, and no callback wants its record now: keep its marks and loss
+            # tensor, and build the window's records together as it closes (warm), rather than each one here with
+            # the caches cold from the step's work (about twice the Session's whole per-step cost)
+            timer = self.timer
+            timer.defer(step, end, summed, self._switches.grad_accum)
+            self._step = step + 1
+            self._micro = 0
+            if stream.open_steps + len(timer.deferred) >= stream.window_steps:
+                self.settle_steps()
+            return
+        if self.timer.deferred:  # a callback that wants each step came in mid-window
+            self.settle_steps()
         loss: float | None = None
         if summed is not None:  # a float32 loss reads as it is; another dtype through float32, as it always did
             loss = (summed.item() if summed.dtype == torch.float32 else float(summed.float().item())) \
                 / self._switches.grad_accum
-        step, start, config = self._step, self.start_step, self.config
         record = self.timer.close(step, step < start + config.warmup_steps, end, loss)
-        run = self._run
         rank = run.lifecycle.rank
         rank.steps.append(record)
         if step == start and config.count_flops:
@@ -592,7 +627,25 @@ class Session(StreamProducer):
         self._step = step + 1
         self._micro = 0
         check_loss(loss, step, self.ctx.rank)
-        run.stream.step_end(record)
+        stream.step_end(record)
+
+    def settle_steps(self) -> None:
+        """Build the records of the steps that wait for their window's end, read their losses, and hand them to
+        the callbacks, in step order (before anything reads this rank's steps: a checkpoint, the end, a window).
+
+        Raises:
+            DivergedError: A waiting step's loss is NaN or infinite (the steps after it are dropped, as if the run
+                had stopped there).
+        """
+        records = self.timer.close_deferred()
+        if not records:
+            return
+        run = self._run
+        rank, stream, rank_index = run.lifecycle.rank, run.stream, self.ctx.rank
+        for record in records:
+            rank.steps.append(record)
+            check_loss(record.loss, record.step, rank_index)
+            stream.step_end(record)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

@@ -33,6 +33,11 @@ class StepProgress:
             self._bar.start()
             self._task = self._bar.add_task("train", total=total, info="")
 
+    def advance(self, done: int) -> None:
+        """Show ``done`` steps finished, before their figures come in through :meth:`update` (a bar only)."""
+        if self.enabled and self._bar is not None:
+            self._bar.update(self._task, completed=done)
+
     def update(self, step: int, samples: int, loss: float | None) -> None:
         """Report that ``step`` (counted from 1) finished having processed ``samples`` on this rank."""
         if not self.enabled:

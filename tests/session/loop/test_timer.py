@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import torch
 
 from dtpo.session.loop import timer as timer_module
 from dtpo.session.loop.clock import CpuClock
@@ -69,3 +70,36 @@ def test_close_resets_for_the_next_step() -> None:
     timer.backward_finished(True)
     record = second(timer, 4, False, 4.5, None)
     assert record.samples == 4 and record.step_s == pytest.approx(1.5)
+
+
+def _marked(timer: StepTimer, samples: int) -> None:
+    timer.batch_requested(True)
+    timer.batch_arrived(samples)
+    timer.backward_starting()
+    timer.backward_finished(True)
+
+
+def test_deferred_steps_give_the_records_close_would_have_given() -> None:
+    marks = [0.0, 0.5, 2.0, 3.0, 3.25, 4.0]
+    now = StepTimer(Marks(marks), None, tail_measured=True, distributed=False)
+    later = StepTimer(Marks(marks), None, tail_measured=True, distributed=False)
+    _marked(now, 8)
+    first = now.close(3, False, 2.75, 1.5)
+    _marked(now, 4)
+    second = now.close(4, False, 4.5, 0.25)
+    _marked(later, 8)
+    later.defer(3, 2.75, torch.tensor(3.0), 2)  # the sum of two micro-batches' losses
+    _marked(later, 4)
+    later.defer(4, 4.5, torch.tensor(0.25), 1)
+    assert later.step_start is None and later.samples == 0 and len(later.deferred) == 2
+    records = later.close_deferred()
+    strip = lambda r: {k: v for k, v in vars(r).items() if k != "started_at"}  # noqa: E731
+    assert [strip(r) for r in records] == [strip(first), strip(second)]
+    assert later.deferred == [] and later.close_deferred() == []
+
+
+def test_read_losses_reads_float32_as_it_is_and_other_dtypes_through_float32() -> None:
+    values = timer_module.read_losses([torch.tensor(1.5), None, torch.tensor(0.1, dtype=torch.bfloat16),
+                                       torch.tensor(2.0, dtype=torch.float64)])
+    assert values == [1.5, None, float(torch.tensor(0.1, dtype=torch.bfloat16).float()), 2.0]
+    assert timer_module.read_losses([None, None]) == [None, None]

@@ -90,7 +90,7 @@ def builtin_callbacks(config: RunConfig, ctx: DistContext, progress: bool,
         out.append(energy)
     if config.grid.enabled and config.grid.policy == "pause":  # after energy: a pause starts where a window ended
         out.append(GridPauseCallback(config.grid))
-    if progress:
+    if progress and ctx.rank == 0:
         out.append(ProgressCallback())
     if config.telemetry.metrics_addr is not None:  # after energy and tuners: a window's figures are all in
         from dtpo.session.callbacks.metrics import MetricsCallback
@@ -109,17 +109,34 @@ def closing_callbacks(config: RunConfig) -> list[Callback]:
 
 
 class ProgressCallback(Callback):
-    """A live bar on a terminal (plain lines in a log) on rank 0: steps, loss, samples/s."""
+    """A live bar on a terminal (plain lines in a log) on rank 0: steps, loss, samples/s.
 
-    def __init__(self) -> None:
+    It reads the steps' records as their window closes (:attr:`~dtpo.core.callbacks.Callback.live_step_end`), and
+    between those moves the bar on as steps begin, at most every ``advance_every_s`` (slow steps show at once).
+    """
+
+    live_step_end = False
+
+    def __init__(self, advance_every_s: float = 0.5) -> None:
         self.progress: StepProgress | None = None
+        self.advance_every_s = advance_every_s
+        self._advanced_at = 0.0
 
     def on_train_start(self, session: RunView) -> None:
         """Open the display (the target is known once ``batches(steps=...)`` was called)."""
         self.progress = StepProgress(session.target_steps, enabled=session.is_main)
 
+    def on_step_begin(self, session: RunView, step: int) -> None:
+        """Show the steps done so far when the display has not moved for a while."""
+        progress = self.progress
+        if progress is not None and progress.enabled:
+            now = time.monotonic()
+            if now - self._advanced_at >= self.advance_every_s:
+                self._advanced_at = now
+                progress.advance(step)
+
     def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
-        """Advance the display."""
+        """Advance the display with the step's samples and loss."""
         if self.progress is not None:
             self.progress.update(step_record.step + 1, step_record.samples, step_record.loss)
 
@@ -148,6 +165,8 @@ class FlushCallback(Callback):
         budget: The largest share of wall time spent flushing a long record.
         paced_from: Recorded steps from which flushes are paced.
     """
+
+    live_step_end = False  # acts on the first measured step only, which every producer hands over as it ends
 
     def __init__(self, every: int, warmup_steps: int, every_s: float = 30.0, budget: float = 0.005,
                  paced_from: int = 200) -> None:

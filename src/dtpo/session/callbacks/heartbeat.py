@@ -18,6 +18,8 @@ class HeartbeatCallback(Callback):
         writer: This rank's heartbeat (not started yet).
     """
 
+    live_step_end = False  # progress is the step's beginning; the records only give step times, late or not
+
     def __init__(self, writer: HeartbeatWriter) -> None:
         self.writer = writer
 
@@ -30,8 +32,13 @@ class HeartbeatCallback(Callback):
         self.writer.step_begun(step)
 
     def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
-        """A step ended: progress, and its time for the median."""
-        self.writer.step_ended(step_record.step, step_record.step_s)
+        """A step ended: its time for the median, and progress when it is the step in hand (a record handed over
+        as its window closes is not: later steps began since)."""
+        writer = self.writer
+        if step_record.step == writer.step:
+            writer.step_ended(step_record.step, step_record.step_s)
+        else:
+            writer.step_timed(step_record.step_s)
 
     def on_rank_end(self, session: RunView, rank_record: RankRecord) -> None:
         """Training stopped on this rank: the last beat says so."""

@@ -46,6 +46,8 @@ class MetricsCallback(Callback):
         server: The node's endpoint on local rank 0 while it serves, else ``None``.
     """
 
+    live_step_end = False  # the records feed the window's sums: they may come as the window closes
+
     def __init__(self, addr: str) -> None:
         self.addr = addr
         self.metrics: RankMetrics | None = None

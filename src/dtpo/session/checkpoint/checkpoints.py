@@ -98,6 +98,9 @@ class Checkpointed(RunView, Protocol):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
 
+    def settle_steps(self) -> None:
+        """Bring this rank's step records up to date (steps whose records wait for their window's end)."""
+
 log = logging.getLogger(__name__)
 
 _CLOSE_WAIT_S = 5.0  # how long a run that failed waits for a background save to end
@@ -335,6 +338,7 @@ class Checkpoints:
         stops with :class:`CheckpointError` under ``--on-checkpoint-error stop``.
         """
         assert session.model is not None and self.root is not None
+        session.settle_steps()  # every step's record in, its loss checked, before the state is taken
         started = time.perf_counter()
         self._poll(block=True)  # one save at a time
         step = session.step_count

@@ -6,17 +6,21 @@ code a step runs: the Session's entry points as the training loop calls them (th
 with them the step stream's dispatch to every callback. The user's loop body and the work dtpo hands to torch
 are left out, and so are the warm-up steps (FLOP counting, ``on_train_start``): only measured steps are counted.
 
-Left out as well: the gradient-ready stamp DDP runs for each parameter tensor inside autograd's backward
-(:mod:`dtpo.distributed.comm_timing`: a timestamp and a count), since reading the clock around each would cost
-more than the stamp itself, and the forward wrapper of :meth:`~dtpo.session.session.Session.wrap` (one check).
-Not dtpo's either: freeing the loss's autograd graph (about a microsecond per node when caches are cold). The
-Session keeps only a detached copy of the loss, so the graph dies where the loop lets go of the loss, as in a
-plain loop, rather than inside the Session's code when it would drop its reference at the step's end.
+Left out as well: the gradient-ready stamp DDP runs inside autograd's backward
+(:mod:`dtpo.distributed.comm_timing`: a timestamp and a count, on one parameter once it has learned which
+gradient comes last, on every parameter for a couple of backwards before), since reading the clock around it
+would cost more than the stamp itself, and the forward wrapper of :meth:`~dtpo.session.session.Session.wrap`
+(one check). Not dtpo's either: freeing the loss's autograd graph (about a microsecond per node when caches are
+cold). The Session keeps only a detached copy of the loss, so the graph dies where the loop lets go of the loss,
+as in a plain loop, rather than inside the Session's code when it would drop its reference at the step's end.
 
 What is counted runs right after the model's work, with the caches cold: the same code costs two to five times
 what it costs in a tight loop (``benchmarks/overhead.py`` shows it with a diagnostic model), so the Session's
 per-step path is kept short: no per-step dicts or keyword calls, window-end work only at window ends, and the
 modelled CPU's load read from ``/proc/stat`` at most once per clock tick (:mod:`dtpo.devices.modelled_cpu`).
+Where no callback wants each step's record as the step ends, a measured step only keeps its marks and its loss
+tensor, and the window's records are built, their losses read and the callbacks told together as it closes
+(:meth:`~dtpo.session.session.Session.settle_steps`): under DDP that halved what the step's end costs.
 
 Reading the thread's CPU clock is a system call (about 0.3 us in a tight loop here, nearer 0.8 us between
 the steps' own work), and a step has six stretches: reading it around all of them on every step would cost about

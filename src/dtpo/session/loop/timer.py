@@ -4,12 +4,18 @@ Each optimizer step (k micro-steps with accumulation) is cut at five marks: batc
 last gradient ready (stamped by the gradient-communication hook), backward returned, optimizer done. The
 cuts give data wait, compute, the post-backward tail (later split into exposed communication and sync wait,
 see :mod:`dtpo.core.totals`) and optimizer time; they partition the step, so the parts add up to it.
+
+A step's record is built as it ends (:meth:`StepTimer.close`), or later: :meth:`StepTimer.defer` keeps the marks
+and the loss tensor, and :meth:`StepTimer.close_deferred` builds a window's records together, reading the losses in
+one go, where the code is warm, rather than once per step with the caches cold from the model's work.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any, Protocol
+
+import torch
 
 from dtpo.core.record import StepRecord
 from dtpo.session.loop.clock import CpuClock, CudaClock
@@ -42,6 +48,7 @@ class StepTimer:
         self.stamps = stamps
         self.tail_measured = tail_measured
         self.distributed = distributed
+        self.deferred: list[tuple[Any, ...]] = []  # measured steps ended whose records wait (see defer())
         self.reset()
 
     def reset(self) -> None:
@@ -91,35 +98,76 @@ class StepTimer:
 
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
-        data = compute = 0  # summed in mark order as sum() would, without a generator (this runs every step)
-        tail_marks, distributed = self.tail_marks, self.distributed
-        tail: float | None
-        if type(self.clock) is CpuClock:  # host marks are seconds: their differences, without a call for each
-            for requested, arrived in self.data_marks:
-                data += arrived - requested
-            for ready, computed in self.compute_marks:
-                compute += computed - ready
-            tail = tail_marks[1] - tail_marks[0] if tail_marks else 0.0
-            step_s, optimizer_s = end - self.step_start, end - self.backward_end
-        else:
-            secs = self.clock.seconds
-            for requested, arrived in self.data_marks:
-                data += secs(requested, arrived)
-            for ready, computed in self.compute_marks:
-                compute += secs(ready, computed)
-            tail = secs(*tail_marks) if tail_marks else 0.0
-            step_s, optimizer_s = secs(self.step_start, end), secs(self.backward_end, end)
-        if distributed and not self.tail_measured:
-            tail = None
-        alone = None if distributed else 0.0  # with one process comm and sync wait are 0
-        record = StepRecord(
-            step=step, warmup=warmup, samples=self.samples, step_s=step_s, data_wait_s=data, compute_s=compute,
-            tail_s=tail, optimizer_s=optimizer_s, loss=loss, started_at=self.started_at, comm_exposed_s=alone,
-            sync_wait_s=alone)
+        record = self._record((step, end, loss, 1, self.step_start, self.started_at, self.data_marks,
+                               self.compute_marks, self.tail_marks, self.backward_end, self.samples), warmup)
+        self._next_step()
+        return record
+
+    def defer(self, step: int, end: Any, loss: Any, divisor: int) -> None:
+        """Keep the step's marks and its loss (a tensor, read later) for :meth:`close_deferred`, then reset for the
+        next step: what a measured step must do as it ends, without building its record."""
+        self.deferred.append((step, end, loss, divisor, self.step_start, self.started_at, self.data_marks,
+                              self.compute_marks, self.tail_marks, self.backward_end, self.samples))
+        self._next_step()
+
+    def close_deferred(self) -> list[StepRecord]:
+        """The records of the deferred steps, in order, their losses read in one go (measured steps: no warm-up)."""
+        deferred, self.deferred = self.deferred, []
+        if not deferred:
+            return []
+        losses = read_losses([marks[2] for marks in deferred])
+        return [self._record((marks[0], marks[1], None if loss is None else loss / marks[3], *marks[3:]), False)
+                for marks, loss in zip(deferred, losses, strict=True)]
+
+    def _next_step(self) -> None:
         # reset() written out (this runs every step)
         self.step_start = self.started_at = self.batch_ready = self.backward_end = self.tail_marks = None
         self.backward_done = False
         self.data_marks = []
         self.compute_marks = []
         self.samples = 0
-        return record
+
+    def _record(self, marks: tuple[Any, ...], warmup: bool) -> StepRecord:
+        """A step's record from its marks: ``(step, end, loss, divisor, step_start, started_at, data_marks,
+        compute_marks, tail_marks, backward_end, samples)`` (the loss a float or ``None``; the divisor unused)."""
+        step, end, loss, _, step_start, started_at, data_marks, compute_marks, tail_marks, backward_end, samples \
+            = marks
+        data = compute = 0  # summed in mark order as sum() would, without a generator
+        distributed = self.distributed
+        tail: float | None
+        if type(self.clock) is CpuClock:  # host marks are seconds: their differences, without a call for each
+            for requested, arrived in data_marks:
+                data += arrived - requested
+            for ready, computed in compute_marks:
+                compute += computed - ready
+            tail = tail_marks[1] - tail_marks[0] if tail_marks else 0.0
+            step_s, optimizer_s = end - step_start, end - backward_end
+        else:
+            secs = self.clock.seconds
+            for requested, arrived in data_marks:
+                data += secs(requested, arrived)
+            for ready, computed in compute_marks:
+                compute += secs(ready, computed)
+            tail = secs(*tail_marks) if tail_marks else 0.0
+            step_s, optimizer_s = secs(step_start, end), secs(backward_end, end)
+        if distributed and not self.tail_measured:
+            tail = None
+        alone = None if distributed else 0.0  # with one process comm and sync wait are 0
+        return StepRecord(step, warmup, samples, step_s, data, compute, tail, optimizer_s, alone, alone, loss,
+                          started_at)
+
+
+def read_losses(losses: list[Any]) -> list[float | None]:
+    """The values of steps' losses (tensors, or ``None`` where a step had none), as float32 reads them: one by one
+    on the host (after the first, each read is warm: a fraction of a microsecond), with one stacked copy where they
+    share a GPU (one transfer, not one per step)."""
+    present = [loss for loss in losses if loss is not None]
+    if not present:
+        return [None] * len(losses)
+    first = present[0]
+    if first.device.type != "cpu" and all(t.device == first.device and t.dim() == 0 for t in present):
+        stacked = torch.stack([t if t.dtype == torch.float32 else t.float() for t in present])
+        values = iter(stacked.tolist())
+    else:
+        values = iter([t.item() if t.dtype == torch.float32 else float(t.float().item()) for t in present])
+    return [None if loss is None else next(values) for loss in losses]
