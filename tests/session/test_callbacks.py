@@ -269,3 +269,19 @@ def test_a_loop_left_early_with_a_waiting_step_that_diverged_ends_as_diverged(tm
     partial = RunRecord.load(rank_record_path(tmp_path, 0))
     assert partial.status == "diverged"
     assert [s.step for s in partial.ranks[0].steps] == [0, 1, 2]  # what came after the NaN is dropped
+
+
+def test_a_checkpoint_checks_the_waiting_steps_first_and_never_saves_a_run_that_diverged(tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    session = _session(tmp_path / "run", warmup_steps=0, window_steps=100,
+                       checkpoint=dtpo.CheckpointConfig(every="4", dir=str(folder)))
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    session.attach(opt)
+    with pytest.raises(DivergedError, match="loss became nan at step 2 on rank 0"), session:
+        for step, (x, y) in enumerate(session.batches(_data(), steps=10)):
+            loss = F.cross_entropy(model(x), y)
+            session.backward(loss * math.nan if step == 2 else loss)
+            session.step(opt)
+    assert step == 3  # raised by the save due after step 3, before it wrote anything
+    assert not folder.exists() or not any(folder.iterdir())

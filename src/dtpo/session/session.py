@@ -527,17 +527,17 @@ class Session(StreamProducer):
         """
         if self.lifecycle.finished:
             return None
+        diverged = None
+        try:  # first: a last checkpoint must not save a run that diverged
+            self.settle_steps()
+        except DivergedError as exc:  # a waiting step's loss (a loop left early): the run ends diverged
+            diverged = exc
+            error = error or exc
         try:
             self.checkpoints.close(error)
         except Exception as exc:  # a checkpoint that could not be completed must not cost the record
             log.warning("the last checkpoint could not be completed: %s", exc)
-        diverged = None
-        try:
-            self.close_window()
-        except DivergedError as exc:  # a waiting step's loss (a loop left early): the run ends diverged
-            diverged = exc
-            error = error or exc
-            self._run.stream.close_window()
+        self.close_window()
         rank = self.lifecycle.rank
         rank.switches = list(self.switch_log)
         rank.bookkeeping_s_per_step = self.bookkeeping.seconds_per_step
