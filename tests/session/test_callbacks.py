@@ -181,15 +181,25 @@ def test_compression_needs_ddp_with_several_processes(tmp_path: Path) -> None:
     session.finish()
 
 
-def test_a_loss_that_is_not_a_number_stops_the_run_as_diverged(tmp_path: Path) -> None:
-    session = _session(tmp_path, warmup_steps=0)
+def _diverge(session: dtpo.Session, at: int, stop_after: int | None = None) -> int:
+    """Train up to 10 steps, the loss NaN at step ``at``, leaving the loop after ``stop_after``; expects the run to
+    end diverged at ``at``. Returns the last step the loop began."""
     model = session.wrap(nn.Linear(6, 3))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(DivergedError, match="loss became nan at step 3 on rank 0"), session:
+    session.attach(opt)
+    step = -1
+    with pytest.raises(DivergedError, match=f"loss became nan at step {at} on rank 0"), session:
         for step, (x, y) in enumerate(session.batches(_data(), steps=10)):
             loss = F.cross_entropy(model(x), y)
-            session.backward(loss * math.nan if step == 3 else loss)
+            session.backward(loss * math.nan if step == at else loss)
             session.step(opt)
+            if step == stop_after:
+                break
+    return step
+
+
+def test_a_loss_that_is_not_a_number_stops_the_run_as_diverged(tmp_path: Path) -> None:
+    _diverge(_session(tmp_path, warmup_steps=0), 3)
     partial = RunRecord.load(rank_record_path(tmp_path, 0))
     assert partial.status == "diverged"
     assert "loss became nan at step 3" in partial.error
@@ -256,16 +266,7 @@ def test_reading_the_rank_record_brings_in_the_waiting_steps(tmp_path: Path) -> 
 
 
 def test_a_loop_left_early_with_a_waiting_step_that_diverged_ends_as_diverged(tmp_path: Path) -> None:
-    session = _session(tmp_path, warmup_steps=0, window_steps=100)
-    model = session.wrap(nn.Linear(6, 3))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(DivergedError, match="loss became nan at step 2 on rank 0"), session:
-        for step, (x, y) in enumerate(session.batches(_data(), steps=10)):
-            loss = F.cross_entropy(model(x), y)
-            session.backward(loss * math.nan if step == 2 else loss)
-            session.step(opt)
-            if step == 4:
-                break
+    _diverge(_session(tmp_path, warmup_steps=0, window_steps=100), 2, stop_after=4)
     partial = RunRecord.load(rank_record_path(tmp_path, 0))
     assert partial.status == "diverged"
     assert [s.step for s in partial.ranks[0].steps] == [0, 1, 2]  # what came after the NaN is dropped
@@ -275,13 +276,5 @@ def test_a_checkpoint_checks_the_waiting_steps_first_and_never_saves_a_run_that_
     folder = tmp_path / "checkpoints"
     session = _session(tmp_path / "run", warmup_steps=0, window_steps=100,
                        checkpoint=dtpo.CheckpointConfig(every="4", dir=str(folder)))
-    model = session.wrap(nn.Linear(6, 3))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    session.attach(opt)
-    with pytest.raises(DivergedError, match="loss became nan at step 2 on rank 0"), session:
-        for step, (x, y) in enumerate(session.batches(_data(), steps=10)):
-            loss = F.cross_entropy(model(x), y)
-            session.backward(loss * math.nan if step == 2 else loss)
-            session.step(opt)
-    assert step == 3  # raised by the save due after step 3, before it wrote anything
+    assert _diverge(session, 2) == 3  # raised by the save due after step 3, before it wrote anything
     assert not folder.exists() or not any(folder.iterdir())
