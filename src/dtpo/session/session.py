@@ -28,7 +28,6 @@ the Session itself: step, switches, gradient scaler and data position.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import types
@@ -38,7 +37,6 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils._pytree import tree_map
-from torch.utils.flop_counter import FlopCounterMode
 
 from dtpo.core.callbacks import Callback
 from dtpo.core.config import (
@@ -61,14 +59,16 @@ from dtpo.session.lifecycle import agree_on_run_dir
 from dtpo.session.loop.batch_size import count_samples
 from dtpo.session.loop.bookkeeping import BookkeepingCounter
 from dtpo.session.loop.clock import clock_for
-from dtpo.session.loop.divergence import DivergedError, check_loss
+from dtpo.session.loop.divergence import DivergedError
 from dtpo.session.loop.mfu import peak_flops
+from dtpo.session.loop.micro_step import MicroStepContexts
 from dtpo.session.loop.precision import Precision
 from dtpo.session.loop.probe import ProbeRequest
 from dtpo.session.loop.probe_steps import ProbeSteps
 from dtpo.session.loop.rebatch import cut_batch, join_batches
 from dtpo.session.loop.shares import BatchShares
 from dtpo.session.loop.slowdown import ComputeSlowdown
+from dtpo.session.loop.step_ends import StepEnds
 from dtpo.session.loop.switches import Switch, Switches
 from dtpo.session.loop.timer import StepTimer
 from dtpo.session.stream_run import StreamProducer, StreamRun, new_record
@@ -147,15 +147,14 @@ class Session(StreamProducer):
                           peak_flops=peak.to_dict() if peak else None)
         self._run = StreamRun(self, self.ctx, self.run_dir, run_config, record, rank, callbacks, progress,
                               summary, settings=self._switches.values)
+        self._step_ends = StepEnds(self.timer, self._run, self.ctx.rank)
         self.target_steps: int | None = None
         self._model: nn.Module | None = None
         self._started = False
         self._step = 0
         self._micro = 0
         self._loss: torch.Tensor | None = None
-        self._flop_mode: FlopCounterMode | None = None
-        self._flops = 0
-        self._sync_ctx: contextlib.ExitStack | None = None
+        self._micro_steps = MicroStepContexts(self.ctx.distributed, cfg.strategy)  # no-sync, FLOP counting
         self._cut: list[Any] = []  # micro-batches re-cut from this step's loader batches, not yet handed out
         self._probes = ProbeSteps(self._switches)
         # virtual GPUs with slow steps: a labelled wait inside compute (set by their callback, CPU clock only)
@@ -373,7 +372,8 @@ class Session(StreamProducer):
         bookkeeping = self.bookkeeping  # around each stretch of the Session's own code, on counted steps
         device = self.device
         on_host = device.type == "cpu"
-        micro_contexts = True  # a call that starts inside a step: let _enter_micro_step decide
+        micro_steps = self._micro_steps
+        micro_contexts = True  # a call that starts inside a step: let the contexts decide
         while target is None or self._step < target:
             first = self._micro == 0
             if first:
@@ -406,7 +406,9 @@ class Session(StreamProducer):
                 probes.keep(batch)
             timer.batch_arrived(count_samples(batch))
             if micro_contexts:
-                self._enter_micro_step()
+                accum = switches.grad_accum
+                micro_steps.enter(self._model, accum, self._micro == accum - 1,
+                                  self._step == self.start_step and self.config.count_flops)
             if counting:
                 bookkeeping.leave()
             yield batch
@@ -445,8 +447,8 @@ class Session(StreamProducer):
         finally:
             if counting:
                 bookkeeping.enter()
-            if self._sync_ctx is not None or self._flop_mode is not None:
-                self._exit_micro_step()
+            if self._micro_steps.open:
+                self._micro_steps.exit()
         timer.backward_finished(last)
         if accum == 1:  # read at the step's end; detached, so the graph dies where the loop drops the loss (as in a
             self._loss = loss.detach()  # plain loop), not when the Session would let go of it, inside its own code
@@ -511,6 +513,15 @@ class Session(StreamProducer):
         self.settle_steps()
         self._run.stream.close_window()
 
+    def settle_steps(self) -> None:
+        """Hand over the steps whose records wait for their window's end (:mod:`dtpo.session.loop.step_ends`), before
+        anything reads this rank's steps: a checkpoint, the end, a window.
+
+        Raises:
+            DivergedError: A waiting step's loss is NaN or infinite (the steps after it are dropped).
+        """
+        self._step_ends.settle()
+
     def note_evaluation(self, loss: float, samples: int) -> None:
         """Put the trained model's loss on a fixed evaluation set (``samples`` samples, the same in every run) in
         this rank's record and the summary; call it after the last step, before the Session finishes."""
@@ -570,82 +581,16 @@ class Session(StreamProducer):
         """Call ``hook`` on the callbacks that implement it, in list order."""
         self._run.stream.dispatch(hook, *args)
 
-    def _enter_micro_step(self) -> None:
-        """Turn off gradient sync on all but the last micro-step; count FLOPs on the first step."""
-        accum = self._switches.grad_accum
-        counting = self._step == self.start_step and self.config.count_flops
-        if accum == 1 and not counting:
-            return
-        stack = contextlib.ExitStack()
-        last = self._micro == accum - 1
-        model = self._model
-        if self.ctx.distributed and accum > 1:
-            if self.config.strategy == "ddp" and not last:
-                stack.enter_context(model.no_sync())  # type: ignore[union-attr, operator]
-            elif self.config.strategy == "fsdp":
-                model.set_requires_gradient_sync(last)  # type: ignore[union-attr, operator]
-        if counting:
-            self._flop_mode = FlopCounterMode(display=False)
-            stack.enter_context(self._flop_mode)
-        self._sync_ctx = stack
-
-    def _exit_micro_step(self) -> None:
-        if self._sync_ctx is not None:
-            self._sync_ctx.close()
-            self._sync_ctx = None
-        if self._flop_mode is not None:
-            self._flops += self._flop_mode.get_total_flops()
-            self._flop_mode = None
-
     def _close_step(self, end: Any) -> None:
         summed, self._loss = self._loss, None
         step, start, config = self._step, self.start_step, self.config
-        run = self._run
-        stream = run.stream
-        if not stream.live_step_end and step > start + config.warmup_steps:
-            # a measured step after the first, and no callback wants its record now: keep its marks and loss
-            # tensor, and build the window's records together as it closes (warm), rather than each one here with
-            # the caches cold from the step's work (about twice the Session's whole per-step cost)
-            timer = self.timer
-            timer.defer(step, end, summed, self._switches.grad_accum)
-            self._step = step + 1
-            self._micro = 0
-            if stream.open_steps + len(timer.deferred) >= stream.window_steps:
-                self.settle_steps()
-            return
-        if self.timer.deferred:  # a callback that wants each step came in mid-window
-            self.settle_steps()
-        loss: float | None = None
-        if summed is not None:  # a float32 loss reads as it is; another dtype through float32, as it always did
-            loss = (summed.item() if summed.dtype == torch.float32 else float(summed.float().item())) \
-                / self._switches.grad_accum
-        record = self.timer.close(step, step < start + config.warmup_steps, end, loss)
-        rank = run.lifecycle.rank
-        rank.steps.append(record)
         if step == start and config.count_flops:
-            rank.flops_per_step = float(self._flops)
+            self._run.lifecycle.rank.flops_per_step = float(self._micro_steps.flops)
         self._step = step + 1
         self._micro = 0
-        check_loss(loss, step, self.ctx.rank)
-        stream.step_end(record)
-
-    def settle_steps(self) -> None:
-        """Build the records of the steps that wait for their window's end, read their losses, and hand them to
-        the callbacks, in step order (before anything reads this rank's steps: a checkpoint, the end, a window).
-
-        Raises:
-            DivergedError: A waiting step's loss is NaN or infinite (the steps after it are dropped, as if the run
-                had stopped there).
-        """
-        records = self.timer.close_deferred()
-        if not records:
-            return
-        run = self._run
-        rank, stream, rank_index = run.lifecycle.rank, run.stream, self.ctx.rank
-        for record in records:
-            rank.steps.append(record)
-            check_loss(record.loss, record.step, rank_index)
-            stream.step_end(record)
+        first_measured = start + config.warmup_steps
+        self._step_ends.close(step, step < first_measured, end, summed, self._switches.grad_accum,
+                              may_wait=step > first_measured)
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

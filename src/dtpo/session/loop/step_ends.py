@@ -1,0 +1,82 @@
+"""A step's end: its record, from the timer's marks and its loss, into this rank's record, the divergence check and
+the step stream, as the step ends or together with its window.
+
+Where no callback wants each step's record as the step ends (:attr:`~dtpo.core.callbacks.Callback.live_step_end`),
+a measured step after the first only leaves its marks and its loss tensor with the timer, and the window's records
+are built, their losses read and checked, and the callbacks told together as the window closes. Right after the
+model's work the caches are cold, and building a record there (reading the loss, the record itself, its checks
+and dispatch) cost about as much as all the rest of the Session's step under DDP; built together, all but the
+first run warm. The warm-up steps and the first measured one are always handed over as they end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from dtpo.session.loop.divergence import check_loss
+from dtpo.session.loop.timer import StepTimer
+from dtpo.session.stream_run import StreamRun
+
+
+class StepEnds:
+    """Hands each ended optimizer step to the run: at once, or with its window.
+
+    Args:
+        timer: The step timer (its marks, and the steps that wait).
+        run: The run whose rank record and step stream get the records.
+        rank: This rank's index (for the divergence error).
+    """
+
+    def __init__(self, timer: StepTimer, run: StreamRun, rank: int) -> None:
+        self.timer = timer
+        self.run = run
+        self.rank = rank
+
+    def close(self, step: int, warmup: bool, end: Any, loss: torch.Tensor | None, divisor: int,
+              may_wait: bool) -> None:
+        """Step ``step`` ended at mark ``end``.
+
+        Args:
+            step: The step's index.
+            warmup: It is a warm-up step.
+            end: The mark after its optimizer step (the clock settled).
+            loss: The sum of its micro-batches' detached losses, ``None`` without one.
+            divisor: What divides ``loss`` into the step's mean (its micro-batches).
+            may_wait: Its record may wait for the window's end (a measured step after the first).
+
+        Raises:
+            DivergedError: This step's loss, or a waiting one's, is NaN or infinite.
+        """
+        timer, stream = self.timer, self.run.stream
+        if may_wait and not stream.live_step_end:
+            timer.defer(step, end, loss, divisor)
+            if stream.open_steps + len(timer.deferred) >= stream.window_steps:
+                self.settle()
+            return
+        if timer.deferred:  # a callback that wants each step came in mid-window
+            self.settle()
+        value: float | None = None
+        if loss is not None:  # a float32 loss reads as it is; another dtype through float32
+            value = (loss.item() if loss.dtype == torch.float32 else float(loss.float().item())) / divisor
+        record = timer.close(step, warmup, end, value)
+        self.run.lifecycle.rank.steps.append(record)
+        check_loss(value, step, self.rank)
+        stream.step_end(record)
+
+    def settle(self) -> None:
+        """Build the records of the steps that wait, read their losses, and hand them over in step order.
+
+        Raises:
+            DivergedError: A waiting step's loss is NaN or infinite (the steps after it are dropped, as if the run
+                had stopped there).
+        """
+        records = self.timer.close_deferred()
+        if not records:
+            return
+        steps, stream, rank = self.run.lifecycle.rank.steps, self.run.stream, self.rank
+        for record in records:
+            steps.append(record)
+            check_loss(record.loss, record.step, rank)
+            stream.step_end(record)
