@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from dtpo.session.loop.divergence import check_loss
-from dtpo.session.loop.timer import StepTimer
+from dtpo.session.loop.timer import StepTimer, read_loss
 from dtpo.session.stream_run import StreamRun
 
 
@@ -57,9 +57,7 @@ class StepEnds:
             return
         if timer.deferred:  # a callback that wants each step came in mid-window
             self.settle()
-        value: float | None = None
-        if loss is not None:  # a float32 loss reads as it is; another dtype through float32
-            value = (loss.item() if loss.dtype == torch.float32 else float(loss.float().item())) / divisor
+        value = None if loss is None else read_loss(loss) / divisor
         record = timer.close(step, warmup, end, value)
         self.run.lifecycle.rank.steps.append(record)
         check_loss(value, step, self.rank)

@@ -169,5 +169,10 @@ def read_losses(losses: list[Any]) -> list[float | None]:
         stacked = torch.stack([t if t.dtype == torch.float32 else t.float() for t in present])
         values = iter(stacked.tolist())
     else:
-        values = iter([t.item() if t.dtype == torch.float32 else float(t.float().item()) for t in present])
+        values = iter([read_loss(t) for t in present])
     return [None if loss is None else next(values) for loss in losses]
+
+
+def read_loss(loss: torch.Tensor) -> float:
+    """A loss's value: a float32 loss as it is, another dtype through float32."""
+    return loss.item() if loss.dtype == torch.float32 else float(loss.float().item())
