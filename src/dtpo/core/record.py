@@ -510,15 +510,18 @@ def write_json_atomic(path: Path, data: Any, compact: bool = False) -> None:
     line with the C encoder (several times faster than the indented form: partial records rewritten while
     training).
     """
+    write_text_atomic(path, json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=1))
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` as :func:`write_json_atomic` writes JSON: the old file or the new one after a crash, with the
+    mode an ordinary ``open()`` gives."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w") as fh:
-            if compact:
-                fh.write(json.dumps(data, separators=(",", ":")))
-            else:
-                json.dump(data, fh, indent=1)
+            fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

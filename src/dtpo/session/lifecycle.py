@@ -23,7 +23,8 @@ import torch.distributed as dist
 from dtpo.core.errors import ConfigError, signal_name
 from dtpo.core.files import default_run_root, is_writable_dir
 from dtpo.core.launch_contract import LaunchContract
-from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, new_run_id, rank_record_path, write_json_atomic
+from dtpo.core.partial_text import PartialRecordText
+from dtpo.core.record import RECORD_FILE, RankRecord, RunRecord, new_run_id, rank_record_path, write_text_atomic
 from dtpo.core.totals import finalize
 from dtpo.distributed.parent_death import end_with_parent
 from dtpo.distributed.process_group import DistContext
@@ -112,6 +113,7 @@ class RunLifecycle:
         self.finished = False
         self._write_failed = False
         self._stopping = False
+        self._partial_text = PartialRecordText()  # encodes each step once, however often the record is written
 
     @property
     def partial_path(self) -> Path:
@@ -119,14 +121,14 @@ class RunLifecycle:
         return rank_record_path(self.run_dir, self.ctx.rank, self.record.attempt)
 
     def flush(self, status: str = "running") -> None:
-        """Write this rank's partial record (atomically). A run dir that became unwritable costs a warning,
-        not the training run."""
+        """Write this rank's partial record (atomically; its steps encoded once, :mod:`dtpo.core.partial_text`). A run
+        dir that became unwritable costs a warning, not the training run."""
         partial = RunRecord(self.record.run_id, status, self.record.started_at, config=self.record.config,
                             environment=self.record.environment, ranks=[self.rank], error=self.rank.error)
         partial.attempt = self.record.attempt
         partial.resumed = self.record.resumed
         try:
-            write_json_atomic(self.partial_path, partial.to_dict(), compact=True)
+            write_text_atomic(self.partial_path, self._partial_text.encode(partial))
             self._write_failed = False
         except OSError as exc:
             if not self._write_failed:

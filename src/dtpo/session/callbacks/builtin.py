@@ -151,11 +151,12 @@ class FlushCallback(Callback):
     """Writes this rank's partial record after the first measured step, then at the first window end after
     every ``every`` steps or ``every_s`` seconds, so a partial record's steps and energy windows agree.
 
-    A flush rewrites the whole partial record, so it costs more as the run grows (about 6 us per recorded step
-    here: 1.2 ms at 200 steps, 13 ms at 2,000). Once the record holds ``paced_from`` steps, flushes are paced
-    so that they take at most ``budget`` of the wall time: after a flush that took ``c`` seconds, the next one
-    waits at least ``c / budget`` seconds, whatever ``every`` says (without it a long run spends ever more of
-    each step rewriting its past). A normal end, an error or SIGTERM still writes everything; only a SIGKILL
+    A flush rewrites the whole partial record, but encodes only the steps added since the last one
+    (:mod:`dtpo.core.partial_text`): about 9 us per new step here, plus a copy of the text already encoded (8 ms
+    at 20,000 steps, where encoding them all anew took 180 ms). Once the record holds ``paced_from`` steps,
+    flushes are paced so that they take at most ``budget`` of the wall time: after a flush that took ``c``
+    seconds, the next one waits at least ``c / budget`` seconds, whatever ``every`` says (what is copied still
+    grows with the run). A normal end, an error or SIGTERM still writes everything; only a SIGKILL
     can lose the steps since the last flush.
 
     Args:
