@@ -104,8 +104,9 @@ def test_a_run_that_ends_in_its_warm_up_records_no_bookkeeping(tmp_path: Path) -
 
 
 def test_the_session_does_not_keep_the_loss_graph_alive(tmp_path: Path) -> None:
-    """The Session reads the loss at the step's end from a detached copy: the autograd graph is freed where the
-    loop lets go of the loss (in the user's code, as in a plain loop), not inside the Session's counted code."""
+    """The Session keeps the loss's value (on the host; a detached copy on a device): the autograd graph is freed
+    where the loop lets go of the loss (in the user's code, as in a plain loop), not inside the Session's counted
+    code."""
     import weakref
 
     class Marker:

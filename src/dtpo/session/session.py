@@ -70,7 +70,7 @@ from dtpo.session.loop.shares import BatchShares
 from dtpo.session.loop.slowdown import ComputeSlowdown
 from dtpo.session.loop.step_ends import StepEnds
 from dtpo.session.loop.switches import Switch, Switches
-from dtpo.session.loop.timer import StepTimer
+from dtpo.session.loop.timer import StepTimer, read_loss
 from dtpo.session.stream_run import StreamProducer, StreamRun, new_record
 
 log = logging.getLogger(__name__)
@@ -153,7 +153,8 @@ class Session(StreamProducer):
         self._started = False
         self._step = 0
         self._micro = 0
-        self._loss: torch.Tensor | None = None
+        self._loss: torch.Tensor | float | None = None  # the step's loss so far (a float: read on the host)
+        self._loss_on_host = self.device.type == "cpu"
         self._micro_steps = MicroStepContexts(self.ctx.distributed, cfg.strategy)  # no-sync, FLOP counting
         self._cut: list[Any] = []  # micro-batches re-cut from this step's loader batches, not yet handed out
         self._probes = ProbeSteps(self._switches)
@@ -450,8 +451,10 @@ class Session(StreamProducer):
             if self._micro_steps.open:
                 self._micro_steps.exit()
         timer.backward_finished(last)
-        if accum == 1:  # read at the step's end; detached, so the graph dies where the loop drops the loss (as in a
-            self._loss = loss.detach()  # plain loop), not when the Session would let go of it, inside its own code
+        if accum == 1:  # on the host its value, at once: one operation, where keeping a tensor to read is two; on a
+            # device detached (reading it would wait for the device), read as the step ends or with its window. No
+            # reference to the graph stays: it dies where the loop drops the loss, as in a plain loop
+            self._loss = read_loss(loss) if self._loss_on_host else loss.detach()
         else:  # the step's loss: the mean of its micro-batches'
             summed = self._loss if self._micro > 0 and self._loss is not None else None
             self._loss = loss.detach() if summed is None else summed + loss.detach()

@@ -103,3 +103,9 @@ def test_read_losses_reads_float32_as_it_is_and_other_dtypes_through_float32() -
                                        torch.tensor(2.0, dtype=torch.float64)])
     assert values == [1.5, None, float(torch.tensor(0.1, dtype=torch.bfloat16).float()), 2.0]
     assert timer_module.read_losses([None, None]) == [None, None]
+
+
+def test_read_losses_keeps_values_read_already_in_their_places() -> None:
+    """On the host a step's loss is read as backward returns; with accumulation it stays a tensor."""
+    assert timer_module.read_losses([0.25, torch.tensor(1.5), None, 3.0]) == [0.25, 1.5, None, 3.0]
+    assert timer_module.read_losses([0.25, None]) == [0.25, None]

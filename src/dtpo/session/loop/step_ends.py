@@ -34,7 +34,7 @@ class StepEnds:
         self.run = run
         self.rank = rank
 
-    def close(self, step: int, warmup: bool, end: Any, loss: torch.Tensor | None, divisor: int,
+    def close(self, step: int, warmup: bool, end: Any, loss: torch.Tensor | float | None, divisor: int,
               may_wait: bool) -> None:
         """Step ``step`` ended at mark ``end``.
 
@@ -42,7 +42,8 @@ class StepEnds:
             step: The step's index.
             warmup: It is a warm-up step.
             end: The mark after its optimizer step (the clock settled).
-            loss: The sum of its micro-batches' detached losses, ``None`` without one.
+            loss: The sum of its micro-batches' detached losses (or its loss's value, read on the host), ``None``
+                without one.
             divisor: What divides ``loss`` into the step's mean (its micro-batches).
             may_wait: Its record may wait for the window's end (a measured step after the first).
 
@@ -57,7 +58,7 @@ class StepEnds:
             return
         if timer.deferred:  # a callback that wants each step came in mid-window
             self.settle()
-        value = None if loss is None else read_loss(loss) / divisor
+        value = None if loss is None else (loss if isinstance(loss, float) else read_loss(loss)) / divisor
         record = timer.close(step, warmup, end, value)
         self.run.lifecycle.rank.steps.append(record)
         check_loss(value, step, self.rank)

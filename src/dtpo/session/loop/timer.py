@@ -6,8 +6,10 @@ cuts give data wait, compute, the post-backward tail (later split into exposed c
 see :mod:`dtpo.core.totals`) and optimizer time; they partition the step, so the parts add up to it.
 
 A step's record is built as it ends (:meth:`StepTimer.close`), or later: :meth:`StepTimer.defer` keeps the marks
-and the loss tensor, and :meth:`StepTimer.close_deferred` builds a window's records together, reading the losses in
-one go, where the code is warm, rather than once per step with the caches cold from the model's work.
+and the loss (a tensor on a device; on the host its value, read as backward returned, one operation where keeping a
+tensor to read later is two), and :meth:`StepTimer.close_deferred` builds a window's records together, reading the
+device's losses in one go, where the code is warm, rather than once per step with the caches cold from the model's
+work.
 """
 
 from __future__ import annotations
@@ -104,8 +106,8 @@ class StepTimer:
         return record
 
     def defer(self, step: int, end: Any, loss: Any, divisor: int) -> None:
-        """Keep the step's marks and its loss (a tensor, read later) for :meth:`close_deferred`, then reset for the
-        next step: what a measured step must do as it ends, without building its record."""
+        """Keep the step's marks and its loss (a tensor, read later, or its value) for :meth:`close_deferred`, then
+        reset for the next step: what a measured step must do as it ends, without building its record."""
         self.deferred.append((step, end, loss, divisor, self.step_start, self.started_at, self.data_marks,
                               self.compute_marks, self.tail_marks, self.backward_end, self.samples))
         self._next_step()
@@ -158,19 +160,19 @@ class StepTimer:
 
 
 def read_losses(losses: list[Any]) -> list[float | None]:
-    """The values of steps' losses (tensors, or ``None`` where a step had none), as float32 reads them: one by one
-    on the host (after the first, each read is warm: a fraction of a microsecond), with one stacked copy where they
-    share a GPU (one transfer, not one per step)."""
-    present = [loss for loss in losses if loss is not None]
-    if not present:
-        return [None] * len(losses)
-    first = present[0]
-    if first.device.type != "cpu" and all(t.device == first.device and t.dim() == 0 for t in present):
-        stacked = torch.stack([t if t.dtype == torch.float32 else t.float() for t in present])
+    """The values of steps' losses (tensors; values read already, on the host; or ``None`` where a step had none),
+    as float32 reads them: tensors one by one on the host (after the first, each read is warm: a fraction of a
+    microsecond), with one stacked copy where they share a GPU (one transfer, not one per step)."""
+    tensors = [loss for loss in losses if isinstance(loss, torch.Tensor)]
+    if not tensors:
+        return list(losses)
+    first = tensors[0]
+    if first.device.type != "cpu" and all(t.device == first.device and t.dim() == 0 for t in tensors):
+        stacked = torch.stack([t if t.dtype == torch.float32 else t.float() for t in tensors])
         values = iter(stacked.tolist())
     else:
-        values = iter([read_loss(t) for t in present])
-    return [None if loss is None else next(values) for loss in losses]
+        values = iter([read_loss(t) for t in tensors])
+    return [next(values) if isinstance(loss, torch.Tensor) else loss for loss in losses]
 
 
 def read_loss(loss: torch.Tensor) -> float:
