@@ -47,3 +47,31 @@ def test_an_unwritable_run_dir_mid_run_keeps_training_and_the_record(tmp_path: P
     saved = Path(moved.rsplit("the record went to ", 1)[1])
     assert saved.name == RECORD_FILE and RunRecord.load(saved).status == "completed"
     shutil.rmtree(saved.parent)
+
+
+def test_flushes_while_training_skip_the_disk_sync_and_the_last_one_syncs(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A running rank's partial record is replaced whole (a killed process leaves the old or the new one) without
+    waiting for the disk; the flush that ends the rank, and ``record.json``, are synced."""
+    import os
+
+    from dtpo.core import record as record_module
+
+    synced: list[int] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(record_module.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    session = dtpo.Session(warmup_steps=1, window_steps=2, flush_every=2, energy=False, progress=False,
+                           summary=False, count_flops=False, run_dir=tmp_path / "run")
+    model = session.wrap(nn.Linear(4, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = ((torch.randn(8, 4), torch.randint(0, 2, (8,))) for _ in range(10**6))
+    for x, y in session.batches(data, steps=9):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+        if session.step_count == 7:
+            partial = RunRecord.from_dict(__import__("json").loads(session.lifecycle.partial_path.read_text()))
+            assert partial.status == "running" and len(partial.ranks[0].steps) >= 5  # flushed, whole
+    assert synced == []
+    record = session.finish()
+    assert record is not None and len(synced) >= 2  # the completed partial record and record.json among them
+    assert RunRecord.load(session.run_dir).status == "completed"

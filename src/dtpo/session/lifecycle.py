@@ -122,13 +122,17 @@ class RunLifecycle:
 
     def flush(self, status: str = "running") -> None:
         """Write this rank's partial record (atomically; its steps encoded once, :mod:`dtpo.core.partial_text`). A run
-        dir that became unwritable costs a warning, not the training run."""
+        dir that became unwritable costs a warning, not the training run.
+
+        While the rank trains (``running``) the file is not synced to the disk: the rename keeps it whole when the
+        process is killed, and training does not wait for a shared file system; the flush that ends the rank syncs.
+        """
         partial = RunRecord(self.record.run_id, status, self.record.started_at, config=self.record.config,
                             environment=self.record.environment, ranks=[self.rank], error=self.rank.error)
         partial.attempt = self.record.attempt
         partial.resumed = self.record.resumed
         try:
-            write_text_atomic(self.partial_path, self._partial_text.encode(partial))
+            write_text_atomic(self.partial_path, self._partial_text.encode(partial), durable=status != "running")
             self._write_failed = False
         except OSError as exc:
             if not self._write_failed:
