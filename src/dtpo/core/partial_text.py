@@ -1,9 +1,9 @@
 """A rank's partial record as compact JSON, with each step encoded once however often the record is rewritten.
 
 A rank rewrites its whole partial record while it trains (:mod:`dtpo.session.lifecycle`), atomically, so a crash
-leaves a readable file. Encoding its steps anew each time made a flush cost grow with the run (about 6 us per
-recorded step: 13 ms at 2,000 steps, over a second at 200,000). Steps do not change once recorded (the tail's split
-into wait and exposed communication is filled in at the end, after the last flush), so
+leaves a readable file. Encoding its steps anew each time made a flush cost grow with the run (6-10 us per
+recorded step, by machine: 13-19 ms at 2,000 steps, 1-2 s at 200,000). Steps do not change once recorded (the
+tail's split into wait and exposed communication is filled in at the end, after the last flush), so
 :class:`PartialRecordText` keeps the text of the steps already encoded and encodes only those added since: a
 flush then encodes the rest of the record (its energy windows grow ten times slower) and joins the steps' text,
 a copy of memory. The file is the same JSON a full encoding writes.
