@@ -13,15 +13,17 @@ e.g. ``ranks[0].steps[3].foo``), which is written back on save.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import logging
 import os
 import secrets
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TextIO
 
 from dtpo.core.errors import DtpoError
 from dtpo.core.measurement import Measurement, measurement_or_none
@@ -508,9 +510,13 @@ def write_json_atomic(path: Path, data: Any, compact: bool = False) -> None:
     The file gets the mode an ordinary ``open()`` would give it (``0o666`` less the umask), not the
     ``0o600`` of a temporary file, so teammates can read a shared run directory. ``compact`` writes it on one
     line with the C encoder (several times faster than the indented form: partial records rewritten while
-    training).
+    training); the indented form is streamed to the file, not built in memory first.
     """
-    write_text_atomic(path, json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=1))
+    with _replacing(path, durable=True) as fh:
+        if compact:
+            fh.write(json.dumps(data, separators=(",", ":")))
+        else:
+            json.dump(data, fh, indent=1)
 
 
 def write_text_atomic(path: Path, text: str, durable: bool = True) -> None:
@@ -524,12 +530,19 @@ def write_text_atomic(path: Path, text: str, durable: bool = True) -> None:
             machine leaves one whole file; without it a killed process still does, and the writer does not wait
             for the disk (half a millisecond on a local disk here, far more on a shared file system).
     """
+    with _replacing(path, durable) as fh:
+        fh.write(text)
+
+
+@contextlib.contextmanager
+def _replacing(path: Path, durable: bool) -> Iterator[TextIO]:
+    """A temporary file beside ``path`` to write, renamed over ``path`` once written (removed after an error)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+            yield fh
             if durable:
                 fh.flush()
                 os.fsync(fh.fileno())
