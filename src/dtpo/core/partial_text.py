@@ -32,7 +32,8 @@ class PartialRecordText:
         self._count = 0  # steps encoded
         self._last: StepRecord | None = None  # the last step encoded
         # stands for the steps while the rest is encoded: no string a record holds is encoded this way by chance
-        self._marker = json.dumps(f"\x00steps-{uuid.uuid4().hex}")
+        self._marker = f"\x00steps-{uuid.uuid4().hex}"
+        self._marker_text = json.dumps(self._marker)
 
     def encode(self, record: RunRecord) -> str:
         """``record`` (a partial record: one rank) as compact JSON, the same text ``json.dumps(record.to_dict())``
@@ -46,9 +47,8 @@ class PartialRecordText:
         rank = record.ranks[0]
         steps_text = self._steps(rank.steps)
         data = replace(record, ranks=[replace(rank, steps=[])]).to_dict()
-        data["ranks"][0]["steps"] = json.loads(self._marker)
-        head = json.dumps(data, separators=_COMPACT)
-        return head.replace(self._marker, steps_text, 1)
+        data["ranks"][0]["steps"] = self._marker
+        return json.dumps(data, separators=_COMPACT).replace(self._marker_text, steps_text, 1)
 
     def _steps(self, steps: list[StepRecord]) -> str:
         count = self._count

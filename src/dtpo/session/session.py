@@ -154,7 +154,7 @@ class Session(StreamProducer):
         self._step = 0
         self._micro = 0
         self._loss: torch.Tensor | float | None = None  # the step's loss so far (a float: read on the host)
-        self._loss_on_host = self.device.type == "cpu"
+        self._on_host = self.device.type == "cpu"  # batches stay where they are; losses are read at once
         self._micro_steps = MicroStepContexts(self.ctx.distributed, cfg.strategy)  # no-sync, FLOP counting
         self._cut: list[Any] = []  # micro-batches re-cut from this step's loader batches, not yet handed out
         self._probes = ProbeSteps(self._switches)
@@ -371,8 +371,7 @@ class Session(StreamProducer):
         timer, probes, switches, stream = self.timer, self._probes, self._switches, self._run.stream
         probe_queue = probes.queue
         bookkeeping = self.bookkeeping  # around each stretch of the Session's own code, on counted steps
-        device = self.device
-        on_host = device.type == "cpu"
+        device, on_host = self.device, self._on_host
         micro_steps = self._micro_steps
         micro_contexts = True  # a call that starts inside a step: let the contexts decide
         while target is None or self._step < target:
@@ -454,7 +453,7 @@ class Session(StreamProducer):
         if accum == 1:  # on the host its value, at once: one operation, where keeping a tensor to read is two; on a
             # device detached (reading it would wait for the device), read as the step ends or with its window. No
             # reference to the graph stays: it dies where the loop drops the loss, as in a plain loop
-            self._loss = read_loss(loss) if self._loss_on_host else loss.detach()
+            self._loss = read_loss(loss) if self._on_host else loss.detach()
         else:  # the step's loss: the mean of its micro-batches'
             summed = self._loss if self._micro > 0 and self._loss is not None else None
             self._loss = loss.detach() if summed is None else summed + loss.detach()

@@ -2,11 +2,12 @@
 the step stream, as the step ends or together with its window.
 
 Where no callback wants each step's record as the step ends (:attr:`~dtpo.core.callbacks.Callback.live_step_end`),
-a measured step after the first only leaves its marks and its loss tensor with the timer, and the window's records
-are built, their losses read and checked, and the callbacks told together as the window closes. Right after the
-model's work the caches are cold, and building a record there (reading the loss, the record itself, its checks
-and dispatch) cost about as much as all the rest of the Session's step under DDP; built together, all but the
-first run warm. The warm-up steps and the first measured one are always handed over as they end.
+a measured step after the first only leaves its marks and its loss (a tensor, or on the host its value) with the
+timer, and the window's records are built, their losses read and checked, and the callbacks told together as the
+window closes. Right after the model's work the caches are cold, and building a record there (reading the loss, the
+record itself, its checks and dispatch) cost about as much as all the rest of the Session's step under DDP; built
+together, all but the first run warm. The warm-up steps and the first measured one are always handed over as they
+end.
 """
 
 from __future__ import annotations
