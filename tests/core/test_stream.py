@@ -93,3 +93,21 @@ def test_the_stream_says_whether_a_callback_wants_each_record_as_its_step_ends()
     callbacks.append(Log("live", out))
     stream.step_begin(1)  # the list changed: looked at again
     assert stream.live_step_end
+
+
+def test_records_handed_over_in_chunks_call_the_same_hooks_in_the_same_order_as_one_by_one() -> None:
+    def run(chunks: list[list[Any]]) -> list[tuple[str, str, Any]]:
+        out: list[tuple[str, str, Any]] = []
+        stream = StepStream(SimpleNamespace(), [Log("a", out), Log("b", out)], window_steps=3)
+        for chunk in chunks:
+            stream.step_ends(chunk)
+        stream.close_window()
+        return out
+
+    records = steps(11, warmup=2)
+    one_by_one = run([[record] for record in records])
+    # windows close inside chunks and at their ends; one chunk is empty
+    chunked = run([records[:1], records[1:6], [], records[6:8], records[8:]])
+    assert chunked == one_by_one
+    assert [args[:3] for name, kind, args in chunked if kind == "window" and name == "a"] == [
+        (0, 2, 4), (1, 5, 7), (2, 8, 10)]

@@ -128,3 +128,15 @@ def test_background_sampler_runs_and_stops() -> None:
     count = len(mon.timeline)
     time.sleep(0.05)
     assert len(mon.timeline) == count
+
+
+def test_a_lost_estimated_device_leaves_the_window_measured() -> None:
+    clock = Clock()
+    gpu, cpu = ConstantPower("gpu0", 100, clock), ConstantPower("cpu", 10, clock, estimated=True)
+    mon = Monitor([gpu, cpu], sample_interval_s=None, clock=clock, on_lost=lambda msg: None)
+    with mon.window("w") as out:
+        clock.t = 2.0
+        cpu.fail = True
+    w = out["measurement"]
+    assert (w.energy_j, w.sources, w.lost, w.estimated) == ({"gpu0": pytest.approx(200)},
+                                                           {"gpu0": "nvml-counter"}, ("cpu",), False)

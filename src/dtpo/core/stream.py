@@ -8,7 +8,7 @@ begins and ends, and when the rank stops; the stream cuts the measured (post-war
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dtpo.core.callbacks import Callback
@@ -73,17 +73,23 @@ class StepStream:
 
     def step_end(self, record: StepRecord) -> None:
         """A step ended: tell the callbacks, and close the window when it is full."""
-        callbacks = self.callbacks
-        if callbacks is not self._listeners_of or len(callbacks) != self._listened:
-            self._refresh()
+        self.step_ends((record,))
+
+    def step_ends(self, records: Sequence[StepRecord]) -> None:
+        """Steps ended, in step order: the same hooks, in the same order, as one :meth:`step_end` per record (a
+        producer hands a window's records over together as it closes), for one call."""
         host = self.host
-        for method in self._step_end:
-            method(host, record)
-        if not record.warmup:
-            steps = self._open
-            steps.append(record)
-            if len(steps) >= self.window_steps:
-                self.close_window()
+        for record in records:
+            callbacks = self.callbacks
+            if callbacks is not self._listeners_of or len(callbacks) != self._listened:
+                self._refresh()
+            for method in self._step_end:
+                method(host, record)
+            if not record.warmup:
+                steps = self._open
+                steps.append(record)
+                if len(steps) >= self.window_steps:
+                    self.close_window()
 
     def close_window(self) -> None:
         """Close the open window now (nothing happens when no measured step is waiting)."""

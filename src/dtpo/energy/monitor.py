@@ -176,12 +176,23 @@ class Monitor:
         return self.measure(name, start, end)
 
     def measure(self, name: str, start: Snapshot, end: Snapshot) -> WindowMeasurement:
-        """The window between two snapshots."""
-        energy = {n: end.energy_j[n] - start.energy_j[n] for n in start.energy_j if n in end.energy_j}
-        sources = {d.info.name: d.info.source for d in self.devices if d.info.name in energy}
-        lost = tuple(sorted({d.info.name for d in self.devices} - set(energy)))
-        estimated = any(d.info.estimated for d in self.devices if d.info.name in energy)
-        return WindowMeasurement(name, end.t - start.t, energy, sources, estimated, lost)
+        """The window between two snapshots (one pass over the devices: this runs at every window's end)."""
+        first, last = start.energy_j, end.energy_j
+        energy: dict[str, float] = {}
+        sources: dict[str, str] = {}
+        lost: list[str] = []
+        estimated = False
+        for device in self.devices:
+            info = device.info
+            n = info.name
+            if n in first and n in last:
+                energy[n] = last[n] - first[n]
+                sources[n] = info.source
+                estimated = estimated or info.estimated
+            else:
+                lost.append(n)
+        return WindowMeasurement(name, end.t - start.t, energy, sources, estimated,
+                                 tuple(sorted(set(lost) - energy.keys())) if lost else ())
 
     @contextlib.contextmanager
     def window(self, name: str) -> Iterator[dict[str, WindowMeasurement]]:

@@ -64,3 +64,16 @@ def test_a_waiting_step_that_diverged_raises_at_settling_and_drops_the_steps_aft
         ends.settle()
     assert [s.step for s in steps] == [0, 1, 2]
     ends.settle()  # nothing waits any more
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_waiting_step_that_diverged_mid_window_hands_over_the_steps_before_it(bad: float) -> None:
+    ends, seen, steps = _ends(live=False, window_steps=4)
+    for step in range(3):  # step 0 is handed over at once; steps 1 and 2 wait for the window
+        _end(ends, step, 1.0)
+    with pytest.raises(DivergedError, match="step 3"):
+        _end(ends, 3, bad)  # the window fills: its steps are settled
+    assert seen.steps == [0, 1, 2]  # the steps before the bad one reached the callbacks; it did not
+    assert [s.step for s in steps] == [0, 1, 2, 3]  # and it is in the record
+    assert not math.isfinite(steps[-1].loss)
+    assert ends.run.stream.open_steps == 3  # its window did not close

@@ -12,6 +12,7 @@ end.
 
 from __future__ import annotations
 
+from math import isfinite
 from typing import Any
 
 import torch
@@ -75,8 +76,17 @@ class StepEnds:
         records = self.timer.close_deferred()
         if not records:
             return
-        steps, stream, rank = self.run.lifecycle.rank.steps, self.run.stream, self.rank
-        for record in records:
-            steps.append(record)
-            check_loss(record.loss, record.step, rank)
-            stream.step_end(record)
+        bad = len(records)  # the first step whose loss is not a number, if any
+        for i, record in enumerate(records):
+            loss = record.loss
+            if loss is not None and not isfinite(loss):
+                bad = i
+                break
+        steps = self.run.lifecycle.rank.steps
+        good = records[:bad] if bad < len(records) else records
+        steps.extend(good)
+        self.run.stream.step_ends(good)
+        if bad < len(records):  # in the record, not handed over, and the run stops there
+            diverged = records[bad]
+            steps.append(diverged)
+            check_loss(diverged.loss, diverged.step, self.rank)

@@ -101,7 +101,7 @@ class StepTimer:
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
         record = self._record((step, end, loss, 1, self.step_start, self.started_at, self.data_marks,
-                               self.compute_marks, self.tail_marks, self.backward_end, self.samples), warmup)
+                               self.compute_marks, self.tail_marks, self.backward_end, self.samples), warmup, loss)
         self._next_step()
         return record
 
@@ -118,7 +118,8 @@ class StepTimer:
         if not deferred:
             return []
         losses = read_losses([marks[2] for marks in deferred])
-        return [self._record((marks[0], marks[1], None if loss is None else loss / marks[3], *marks[3:]), False)
+        record = self._record
+        return [record(marks, False, None if loss is None else loss / marks[3])
                 for marks, loss in zip(deferred, losses, strict=True)]
 
     def _next_step(self) -> None:
@@ -129,10 +130,11 @@ class StepTimer:
         self.compute_marks = []
         self.samples = 0
 
-    def _record(self, marks: tuple[Any, ...], warmup: bool) -> StepRecord:
-        """A step's record from its marks: ``(step, end, loss, divisor, step_start, started_at, data_marks,
-        compute_marks, tail_marks, backward_end, samples)`` (the loss a float or ``None``; the divisor unused)."""
-        step, end, loss, _, step_start, started_at, data_marks, compute_marks, tail_marks, backward_end, samples \
+    def _record(self, marks: tuple[Any, ...], warmup: bool, loss: float | None) -> StepRecord:
+        """A step's record from its marks, ``(step, end, loss, divisor, step_start, started_at, data_marks,
+        compute_marks, tail_marks, backward_end, samples)`` as :meth:`defer` keeps them, and its loss's value
+        (the mean over its micro-batches, or ``None``: the marks' own loss and divisor are not read)."""
+        step, end, _, _, step_start, started_at, data_marks, compute_marks, tail_marks, backward_end, samples \
             = marks
         data = compute = 0  # summed in mark order as sum() would, without a generator
         distributed = self.distributed
@@ -163,7 +165,9 @@ def read_losses(losses: list[Any]) -> list[float | None]:
     """The values of steps' losses (tensors; values read already, on the host; or ``None`` where a step had none),
     as float32 reads them: tensors one by one on the host (after the first, each read is warm: a fraction of a
     microsecond), with one stacked copy where they share a GPU (one transfer, not one per step)."""
-    tensors = [loss for loss in losses if isinstance(loss, torch.Tensor)]
+    # values read already are told by their exact type: isinstance(value, torch.Tensor) goes through torch's
+    # metaclass, several times slower for a float
+    tensors = [loss for loss in losses if loss is not None and type(loss) is not float]
     if not tensors:
         return list(losses)
     first = tensors[0]
@@ -172,7 +176,7 @@ def read_losses(losses: list[Any]) -> list[float | None]:
         values = iter(stacked.tolist())
     else:
         values = iter([read_loss(t) for t in tensors])
-    return [next(values) if isinstance(loss, torch.Tensor) else loss for loss in losses]
+    return [loss if loss is None or type(loss) is float else next(values) for loss in losses]
 
 
 def read_loss(loss: torch.Tensor) -> float:
