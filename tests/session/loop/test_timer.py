@@ -105,6 +105,17 @@ def test_read_losses_reads_float32_as_it_is_and_other_dtypes_through_float32() -
     assert timer_module.read_losses([None, None]) == [None, None]
 
 
+def test_read_loss_gives_a_float_as_item_does_whatever_the_losss_shape() -> None:
+    weight = torch.tensor([0.3, -1.7], requires_grad=True)
+    loss = (weight * torch.tensor([1.1, 2.3])).sum()  # 0-dim, with a graph
+    loss.backward()
+    for tensor in (loss, loss.reshape(1), torch.tensor([[0.7]]), torch.tensor(1e-8)):
+        value = timer_module.read_loss(tensor)
+        assert type(value) is float and value == tensor.item()
+    assert timer_module.read_loss(torch.tensor([0.1], dtype=torch.bfloat16)) == float(
+        torch.tensor(0.1, dtype=torch.bfloat16).float())
+
+
 def test_read_losses_keeps_values_read_already_in_their_places() -> None:
     """On the host a step's loss is read as backward returns; with accumulation it stays a tensor."""
     assert timer_module.read_losses([0.25, torch.tensor(1.5), None, 3.0]) == [0.25, 1.5, None, 3.0]
