@@ -192,7 +192,7 @@ class Monitor:
             else:
                 lost.append(n)
         return WindowMeasurement(name, end.t - start.t, energy, sources, estimated,
-                                 tuple(sorted(set(lost) - energy.keys())) if lost else ())
+                                 tuple(sorted(set(lost))))  # a name two devices share, once
 
     @contextlib.contextmanager
     def window(self, name: str) -> Iterator[dict[str, WindowMeasurement]]:

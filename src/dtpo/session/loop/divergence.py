@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from dtpo.core.errors import DtpoError
+from dtpo.core.record import StepRecord
 
 
 class DivergedError(DtpoError):
@@ -20,6 +22,15 @@ class DivergedError(DtpoError):
 
 
 def check_loss(loss: float | None, step: int, rank: int) -> None:
-    """Raise :class:`DivergedError` when ``loss`` is NaN or infinite."""
+    """Raise :class:`DivergedError` when ``loss`` is NaN or infinite (``None``: the step had no loss)."""
     if loss is not None and not math.isfinite(loss):
         raise DivergedError(step, loss, rank)
+
+
+def first_diverged(records: Sequence[StepRecord]) -> int | None:
+    """The index of the first record whose loss :func:`check_loss` would refuse, ``None`` when none."""
+    for i, record in enumerate(records):
+        loss = record.loss
+        if loss is not None and not math.isfinite(loss):
+            return i
+    return None

@@ -12,12 +12,11 @@ end.
 
 from __future__ import annotations
 
-from math import isfinite
 from typing import Any
 
 import torch
 
-from dtpo.session.loop.divergence import check_loss
+from dtpo.session.loop.divergence import check_loss, first_diverged
 from dtpo.session.loop.timer import StepTimer, read_loss
 from dtpo.session.stream_run import StreamRun
 
@@ -76,17 +75,12 @@ class StepEnds:
         records = self.timer.close_deferred()
         if not records:
             return
-        bad = len(records)  # the first step whose loss is not a number, if any
-        for i, record in enumerate(records):
-            loss = record.loss
-            if loss is not None and not isfinite(loss):
-                bad = i
-                break
+        bad = first_diverged(records)
+        good = records if bad is None else records[:bad]
         steps = self.run.lifecycle.rank.steps
-        good = records[:bad] if bad < len(records) else records
         steps.extend(good)
         self.run.stream.step_ends(good)
-        if bad < len(records):  # in the record, not handed over, and the run stops there
-            diverged = records[bad]
-            steps.append(diverged)
-            check_loss(diverged.loss, diverged.step, self.rank)
+        if bad is not None:  # in the record, not handed over, and the run stops there
+            last = records[bad]
+            steps.append(last)
+            check_loss(last.loss, last.step, self.rank)
