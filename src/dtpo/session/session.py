@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import types
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -62,10 +61,10 @@ from dtpo.session.loop.clock import clock_for
 from dtpo.session.loop.divergence import DivergedError
 from dtpo.session.loop.mfu import peak_flops
 from dtpo.session.loop.micro_step import MicroStepContexts
-from dtpo.session.loop.precision import Precision
+from dtpo.session.loop.precision import Precision, cast_forward
 from dtpo.session.loop.probe import ProbeRequest
 from dtpo.session.loop.probe_steps import ProbeSteps
-from dtpo.session.loop.rebatch import cut_batch, join_batches
+from dtpo.session.loop.rebatch import RecutBatches
 from dtpo.session.loop.shares import BatchShares
 from dtpo.session.loop.slowdown import ComputeSlowdown
 from dtpo.session.loop.step_ends import StepEnds
@@ -156,7 +155,7 @@ class Session(StreamProducer):
         self._loss: torch.Tensor | float | None = None  # the step's loss so far (a float: read on the host)
         self._on_host = self.device.type == "cpu"  # batches stay where they are; losses are read at once
         self._micro_steps = MicroStepContexts(self.ctx.distributed, cfg.strategy)  # no-sync, FLOP counting
-        self._cut: list[Any] = []  # micro-batches re-cut from this step's loader batches, not yet handed out
+        self._recut = RecutBatches()  # micro-batches re-cut from this step's loader batches
         self._probes = ProbeSteps(self._switches)
         # virtual GPUs with slow steps: a labelled wait inside compute (set by their callback, CPU clock only)
         self.compute_slowdown: ComputeSlowdown | None = None
@@ -296,17 +295,8 @@ class Session(StreamProducer):
         self.checkpoints.wrapped(module)
         model = wrap_model(module, self.ctx, cfg.strategy, self.comm, compression=cfg.compression,
                            powersgd_rank=cfg.powersgd_rank)
-        inner_forward = model.forward
-        session = self
-
-        def forward(self_: nn.Module, *args: Any, **kwargs: Any) -> Any:
-            precision = session._switches.precision  # read at every call: it may change between steps
-            if precision.autocast_dtype is None:
-                return inner_forward(*args, **kwargs)
-            with precision.forward_context():
-                return precision.to_float32(inner_forward(*args, **kwargs))
-
-        model.forward = types.MethodType(forward, model)  # type: ignore[method-assign]
+        switches = self._switches
+        cast_forward(model, lambda: switches.precision)
         trainable = [p for p in module.parameters() if p.requires_grad]
         self.lifecycle.rank.model = {
             "parameters": sum(p.numel() for p in trainable),
@@ -576,10 +566,7 @@ class Session(StreamProducer):
         loader_batches = self._switches.loader_batches
         if self.grad_accum == loader_batches:
             return next(iterator)
-        if not self._cut:
-            self._cut = cut_batch(join_batches([next(iterator) for _ in range(loader_batches)]),
-                                  self.grad_accum)
-        return self._cut.pop(0)
+        return self._recut.next(iterator, loader_batches, self.grad_accum)
 
     # -- internals ------------------------------------------------------------------------------------
 

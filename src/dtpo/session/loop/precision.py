@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch import nn
 from torch.utils._pytree import tree_map
 
 from dtpo.core.config import PRECISIONS
@@ -93,3 +95,18 @@ class Precision:
             return
         self.scaler.step(optimizer)
         self.scaler.update()
+
+
+def cast_forward(model: nn.Module, current: Callable[[], Precision]) -> None:
+    """Run ``model``'s forward in the precision ``current()`` returns at each call (it may change between steps):
+    under autocast, its floating outputs cast back to float32; as it is for ``32-true``."""
+    inner_forward = model.forward
+
+    def forward(self_: nn.Module, *args: Any, **kwargs: Any) -> Any:
+        precision = current()
+        if precision.autocast_dtype is None:
+            return inner_forward(*args, **kwargs)
+        with precision.forward_context():
+            return precision.to_float32(inner_forward(*args, **kwargs))
+
+    model.forward = types.MethodType(forward, model)  # type: ignore[method-assign]

@@ -9,6 +9,7 @@ update, and since every micro-batch has the same size the mean of the micro-batc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -54,3 +55,17 @@ def cut_batch(batch: Any, parts: int) -> list[Any]:
         raise ConfigError(f"a step of {size} samples cannot be cut into {parts} equal micro-batches")
     pieces = [torch.tensor_split(t, parts) for t in leaves]
     return [tree_unflatten([p[i] for p in pieces], spec) for i in range(parts)]
+
+
+class RecutBatches:
+    """Hands out a step's micro-batches re-cut from its loader batches, one at a time: the step's first call draws
+    its loader batches and cuts them, the others take the next piece."""
+
+    def __init__(self) -> None:
+        self._cut: list[Any] = []  # micro-batches cut from this step's loader batches, not yet handed out
+
+    def next(self, iterator: Iterator[Any], loader_batches: int, micro_batches: int) -> Any:
+        """The next micro-batch of ``micro_batches`` cut from ``loader_batches`` batches of ``iterator``."""
+        if not self._cut:
+            self._cut = cut_batch(join_batches([next(iterator) for _ in range(loader_batches)]), micro_batches)
+        return self._cut.pop(0)
