@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from dtpo.session.loop.divergence import check_loss, first_diverged
+from dtpo.session.loop.divergence import DivergedError, check_loss, first_diverged
 from dtpo.session.loop.timer import StepTimer, read_loss
 from dtpo.session.stream_run import StreamRun
 
@@ -83,4 +83,5 @@ class StepEnds:
         if bad is not None:  # in the record, not handed over, and the run stops there
             last = records[bad]
             steps.append(last)
-            check_loss(last.loss, last.step, self.rank)
+            assert last.loss is not None  # first_diverged found it NaN or infinite
+            raise DivergedError(last.step, last.loss, self.rank)
