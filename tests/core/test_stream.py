@@ -111,3 +111,35 @@ def test_records_handed_over_in_chunks_call_the_same_hooks_in_the_same_order_as_
     assert chunked == one_by_one
     assert [args[:3] for name, kind, args in chunked if kind == "window" and name == "a"] == [
         (0, 2, 4), (1, 5, 7), (2, 8, 10)]
+
+
+class Once(Callback):
+    """Acts on step 1 only, and says so from then on (``True``: not to be called again)."""
+
+    def __init__(self, out: list[tuple[str, int]]) -> None:
+        self.out = out
+
+    def on_step_begin(self, session: Any, step: int) -> bool:
+        self.out.append(("begin", step))
+        return step >= 1
+
+    def on_step_end(self, session: Any, step_record: Any) -> bool:
+        self.out.append(("end", step_record.step))
+        return step_record.step >= 1
+
+
+def test_a_per_step_hook_that_returns_true_is_not_called_again_until_the_callbacks_change() -> None:
+    out: list[tuple[str, int]] = []
+    others: list[tuple[str, str, Any]] = []
+    callbacks: list[Callback] = [Once(out), Log("a", others)]
+    stream = StepStream(SimpleNamespace(), callbacks, window_steps=100)
+    records = steps(6, warmup=0)
+    for record in records[:4]:
+        stream.step_begin(record.step)
+        stream.step_end(record)
+    assert out == [("begin", 0), ("end", 0), ("begin", 1), ("end", 1)]
+    assert [arg for _, _, arg in others] == [0, 1, 2, 3]  # the other callback still sees every step
+    callbacks.append(Log("late", others))  # a changed list: every listener is asked again
+    stream.step_begin(4)
+    stream.step_ends(records[4:])
+    assert out[4:] == [("begin", 4), ("end", 4)]

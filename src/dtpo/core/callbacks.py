@@ -11,6 +11,9 @@ Session, a plain loop's step reporter) calls them in list order on every rank, t
   (sums, step-time statistics, a display) sets :attr:`Callback.live_step_end` to ``False``: while every
   ``on_step_end`` callback of a run does, a producer may hand them a window's measured records together, in step
   order, as the window closes (before ``on_window_end``), and save building each record with cold caches.
+* Either per-step hook may return ``True`` when it need not run again (a callback that acts on one step only, such
+  as the first measured one): the stream then stops calling that hook of that callback, until its list of callbacks
+  changes (then each is called again, and may say so again). Every step saves a call.
 * ``on_window_end(session, window)``: after every ``window_steps`` measured optimizer steps (and once more
   for a last, shorter window at the end). The built-in energy callback comes first and fills
   ``window.energy_j``, so later callbacks (tuners) see time, samples and energy together.
@@ -48,11 +51,11 @@ class Callback:
     def on_train_start(self, session: RunView) -> None:
         """Before the first batch is requested."""
 
-    def on_step_begin(self, session: RunView, step: int) -> None:
-        """Before the first micro-batch of optimizer step ``step`` is requested."""
+    def on_step_begin(self, session: RunView, step: int) -> bool | None:
+        """Before the first micro-batch of optimizer step ``step`` is requested (``True``: call it no more)."""
 
-    def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
-        """After the optimizer stepped, with the step's breakdown."""
+    def on_step_end(self, session: RunView, step_record: StepRecord) -> bool | None:
+        """After the optimizer stepped, with the step's breakdown (``True``: call it no more)."""
 
     def on_window_end(self, session: RunView, window: Window) -> None:
         """After a window of measured steps."""

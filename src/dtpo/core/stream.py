@@ -69,7 +69,8 @@ class StepStream:
             self._refresh()
         host = self.host
         for method in self._step_begin:
-            method(host, step)
+            if method(host, step):  # done with this hook: not called again (see Callback.on_step_begin)
+                self._step_begin = [m for m in self._step_begin if m != method]
 
     def step_end(self, record: StepRecord) -> None:
         """A step ended: tell the callbacks, and close the window when it is full."""
@@ -84,7 +85,8 @@ class StepStream:
             if callbacks is not self._listeners_of or len(callbacks) != self._listened:
                 self._refresh()
             for method in self._step_end:
-                method(host, record)
+                if method(host, record):  # done with this hook: not called again (see Callback.on_step_end)
+                    self._step_end = [m for m in self._step_end if m != method]
             if not record.warmup:
                 steps = self._open
                 steps.append(record)

@@ -53,3 +53,15 @@ def test_window_entries_are_the_measurement_after_the_steps() -> None:
     assert second["sources"] == {gpus[0].info.name: gpus[0].info.source}
     assert rank.energy is not None and rank.energy["windows"] is energy.windows  # the live section, set once
     energy.close()
+
+
+def test_the_run_window_opens_at_the_first_measured_step_and_then_step_begins_are_not_needed() -> None:
+    energy = EnergyCallback(Discovery([CountingGpu("gpu0")]), warmup_steps=2, sample_interval_s=None)
+    session = SimpleNamespace(start_step=0)
+    assert not energy.on_step_begin(session, 0) and not energy.on_step_begin(session, 1)  # warm-up: still needed
+    assert energy._boundary is None
+    assert energy.on_step_begin(session, 2)  # opened: the stream may stop calling it
+    assert energy._boundary is not None
+    boundary = energy._boundary
+    assert energy.on_step_begin(session, 3) and energy._boundary is boundary  # a later call changes nothing
+    energy.close()

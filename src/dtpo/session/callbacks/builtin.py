@@ -180,10 +180,13 @@ class FlushCallback(Callback):
         self._last_time = time.monotonic()
         self._pause_s = 0.0  # the least time before the next flush, from the last one's cost
 
-    def on_step_end(self, session: RunView, step_record: StepRecord) -> None:
-        """Flush after the first measured step (so even an early crash leaves a record)."""
-        if step_record.step == getattr(session, "start_step", 0) + self.warmup_steps:
+    def on_step_end(self, session: RunView, step_record: StepRecord) -> bool:
+        """Flush after the first measured step (so even an early crash leaves a record); from then on (``True``) not
+        be called again."""
+        first_measured = getattr(session, "start_step", 0) + self.warmup_steps
+        if step_record.step == first_measured:
             self._flush(session, step_record.step + 1)
+        return step_record.step >= first_measured
 
     def on_window_end(self, session: RunView, window: Window) -> None:
         """Flush when due."""

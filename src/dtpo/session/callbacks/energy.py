@@ -49,13 +49,14 @@ class EnergyCallback(Callback):
         self._gaps: list[WindowMeasurement] = []  # spans between windows kept out of the run (grid pauses)
         self._live_section = False  # this rank's record carries the live energy section
 
-    def on_step_begin(self, session: RunView, step: int) -> None:
-        """Open the run window at the start of the first measured step."""
+    def on_step_begin(self, session: RunView, step: int) -> bool:
+        """Open the run window at the start of the first measured step; then (``True``) not be called again."""
         if not self._open and self._run is None and step == getattr(session, "start_step", 0) + self.warmup_steps:
             snap = self.monitor.snapshot()
             self.monitor.begin_window(RUN_WINDOW, at=snap)
             self._boundary = snap  # where the current window starts (measured from it, not opened in the monitor)
             self._open = True
+        return self._open or self._run is not None
 
     def on_window_end(self, session: RunView, window: Window) -> None:
         """Fill the window's energy and open the next window at the same instant."""
