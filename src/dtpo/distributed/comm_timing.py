@@ -90,6 +90,13 @@ class GradientComm:
         powersgd_rank: PowerSGD's matrix approximation rank (meaningful with ``powersgd``).
     """
 
+    # slots: the stamp and reset() run inside and right before each backward, when the caches are cold; a slot is
+    # read and written in the object itself, where an attribute in a __dict__ is one more place to fetch
+    __slots__ = ("_mark", "last_ready", "ready_count", "compression", "powersgd_rank", "error_feedback", "_model",
+                 "_backend", "_handles", "_dispatching", "_inner", "_powersgd", "_learn_backwards", "_relearn_every",
+                 "_attempt_len", "_params", "_phase", "_last", "_seen", "_candidate", "_streak", "_tries", "_left",
+                 "_misses")
+
     def __init__(self, mark: Callable[[], Any], learn_backwards: int = LEARN_BACKWARDS,
                  relearn_every: int = RELEARN_EVERY) -> None:
         if learn_backwards < 1 or relearn_every < 1:

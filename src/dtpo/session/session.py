@@ -163,6 +163,8 @@ class Session(StreamProducer):
         self.batch_shares = BatchShares(self.ctx.rank, self.ctx.world_size) if run_config.tune.rebalance else None
         self.start_step = 0  # the step this attempt started at: more than 0 after resuming from a checkpoint
         self.checkpoints = Checkpoints(run_config.checkpoint, self.ctx, self.run_dir, record.attempt)
+        self._saves_when_due = run_config.checkpoint.every is not None  # whether a step's end asks the checkpoints
+        self._warmup_steps = cfg.warmup_steps  # read at every step's end (the config is not)
         # the CPU time of the Session's own code per measured step (its entry points less the user's work in them)
         self.bookkeeping = BookkeepingCounter()
 
@@ -362,7 +364,7 @@ class Session(StreamProducer):
         probe_queue = probes.queue
         bookkeeping = self.bookkeeping  # around each stretch of the Session's own code, on counted steps
         device, on_host = self.device, self._on_host
-        micro_steps = self._micro_steps
+        micro_steps, warmup_steps = self._micro_steps, self._warmup_steps
         micro_contexts = True  # a call that starts inside a step: let the contexts decide
         while target is None or self._step < target:
             first = self._micro == 0
@@ -370,7 +372,7 @@ class Session(StreamProducer):
                 if probe_queue.pending:  # probe passes: the tuner's work, before the step begins
                     yield from probes.run()
                 step, start = self._step, self.start_step
-                bookkeeping.begin_step(step, warmup=step < start + self.config.warmup_steps)  # enters if counted
+                bookkeeping.begin_step(step, step < start + warmup_steps)  # enters the step's stretch if counted
                 counting = bookkeeping.counting
                 # no-sync / FLOP counting contexts only with accumulation or on the first step (FLOPs counted)
                 micro_contexts = switches.grad_accum > 1 or step == start
@@ -497,7 +499,8 @@ class Session(StreamProducer):
         if counting:
             bookkeeping.enter()
         self._close_step(end)
-        self.checkpoints.after_step(self)
+        if self._saves_when_due:
+            self.checkpoints.after_step(self)
         if counting:
             bookkeeping.leave()
             bookkeeping.step_done()
@@ -576,14 +579,14 @@ class Session(StreamProducer):
 
     def _close_step(self, end: Any) -> None:
         summed, self._loss = self._loss, None
-        step, start, config = self._step, self.start_step, self.config
-        if step == start and config.count_flops:
+        step, start = self._step, self.start_step
+        if step == start and self.config.count_flops:
             self._run.lifecycle.rank.flops_per_step = float(self._micro_steps.flops)
         self._step = step + 1
         self._micro = 0
-        first_measured = start + config.warmup_steps
+        first_measured = start + self._warmup_steps
         self._step_ends.close(step, step < first_measured, end, summed, self._switches.grad_accum,
-                              may_wait=step > first_measured)
+                              step > first_measured)  # may wait: a measured step after the first
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -44,6 +45,20 @@ def test_close_gives_the_steps_record() -> None:
     assert record.compute_s == pytest.approx(1.5) and record.optimizer_s == pytest.approx(0.75)
     assert record.tail_s == 0.0 and record.comm_exposed_s == 0.0 and record.sync_wait_s == 0.0
     assert record.tokens is None and record.started_at is not None
+
+
+def test_a_host_steps_wall_start_comes_from_its_mark() -> None:
+    timer = StepTimer(CpuClock(), None, tail_measured=True, distributed=False)
+    before = time.time()
+    timer.batch_requested(True)
+    after = time.time()
+    assert timer.started_at is None  # no wall clock read as the step begins: it is derived as the record is built
+    timer.batch_arrived(1)
+    timer.backward_starting()
+    timer.backward_finished(True)
+    record = timer.close(0, False, time.perf_counter(), None)
+    assert record.started_at is not None
+    assert before - 0.01 <= record.started_at <= after + 0.01  # the two clocks' offset, taken a moment later
 
 
 def test_host_clock_and_generic_clock_agree(monkeypatch: pytest.MonkeyPatch) -> None:

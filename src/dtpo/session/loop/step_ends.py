@@ -33,6 +33,7 @@ class StepEnds:
     def __init__(self, timer: StepTimer, run: StreamRun, rank: int) -> None:
         self.timer = timer
         self.run = run
+        self.stream = run.stream  # read at every step's end: one object less to reach
         self.rank = rank
 
     def close(self, step: int, warmup: bool, end: Any, loss: torch.Tensor | float | None, divisor: int,
@@ -51,7 +52,7 @@ class StepEnds:
         Raises:
             DivergedError: This step's loss, or a waiting one's, is NaN or infinite.
         """
-        timer, stream = self.timer, self.run.stream
+        timer, stream = self.timer, self.stream
         if may_wait and not stream.live_step_end:
             timer.defer(step, end, loss, divisor)
             if stream.open_steps + len(timer.deferred) >= stream.window_steps:
@@ -79,7 +80,7 @@ class StepEnds:
         good = records if bad is None else records[:bad]
         steps = self.run.lifecycle.rank.steps
         steps.extend(good)
-        self.run.stream.step_ends(good)
+        self.stream.step_ends(good)
         if bad is not None:  # in the record, not handed over, and the run stops there
             last = records[bad]
             steps.append(last)
