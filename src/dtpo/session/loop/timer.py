@@ -111,7 +111,8 @@ class StepTimer:
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
         record = self._record((step, end, loss, 1, self.step_start, self.started_at, self.data_marks,
-                               self.compute_marks, self.tail_marks, self.backward_end, self.samples), warmup, loss)
+                               self.compute_marks, self.tail_marks, self.backward_end, self.samples), warmup, loss,
+                              _wall_offset())
         self._next_step()
         return record
 
@@ -128,8 +129,8 @@ class StepTimer:
         if not deferred:
             return []
         losses = read_losses([marks[2] for marks in deferred])
-        record = self._record
-        return [record(marks, False, None if loss is None else loss / marks[3])
+        record, offset = self._record, _wall_offset()
+        return [record(marks, False, None if loss is None else loss / marks[3], offset)
                 for marks, loss in zip(deferred, losses, strict=True)]
 
     def _next_step(self) -> None:
@@ -140,16 +141,17 @@ class StepTimer:
         self.compute_marks = []
         self.samples = 0
 
-    def _record(self, marks: tuple[Any, ...], warmup: bool, loss: float | None) -> StepRecord:
+    def _record(self, marks: tuple[Any, ...], warmup: bool, loss: float | None, wall_offset: float) -> StepRecord:
         """A step's record from its marks, ``(step, end, loss, divisor, step_start, started_at, data_marks,
-        compute_marks, tail_marks, backward_end, samples)`` as :meth:`defer` keeps them, and its loss's value
-        (the mean over its micro-batches, or ``None``: the marks' own loss and divisor are not read)."""
+        compute_marks, tail_marks, backward_end, samples)`` as :meth:`defer` keeps them, its loss's value (the mean
+        over its micro-batches, or ``None``: the marks' own loss and divisor are not read), and the wall clock's
+        offset from the host clock (:func:`_wall_offset`), which gives a host step's start in wall time."""
         step, end, _, _, step_start, started_at, data_marks, compute_marks, tail_marks, backward_end, samples \
             = marks
         data = compute = 0  # summed in mark order as sum() would, without a generator
         distributed = self.distributed
         tail: float | None
-        if type(self.clock) is CpuClock:  # host marks are seconds: their differences, without a call for each
+        if self._host:  # host marks are seconds: their differences, without a call for each
             for requested, arrived in data_marks:
                 data += arrived - requested
             for ready, computed in compute_marks:
@@ -157,7 +159,7 @@ class StepTimer:
             tail = tail_marks[1] - tail_marks[0] if tail_marks else 0.0
             step_s, optimizer_s = end - step_start, end - backward_end
             if started_at is None:  # the start's wall time, from its mark (see batch_requested)
-                started_at = step_start + (time.time() - time.perf_counter())
+                started_at = step_start + wall_offset
         else:
             secs = self.clock.seconds
             for requested, arrived in data_marks:
@@ -171,6 +173,11 @@ class StepTimer:
         alone = None if distributed else 0.0  # with one process comm and sync wait are 0
         return StepRecord(step, warmup, samples, step_s, data, compute, tail, optimizer_s, alone, alone, loss,
                           started_at)
+
+
+def _wall_offset() -> float:
+    """Unix time less the host clock's (``time.perf_counter``) reading now."""
+    return time.time() - time.perf_counter()
 
 
 def read_losses(losses: list[Any]) -> list[float | None]:
