@@ -163,7 +163,7 @@ class Session(StreamProducer):
         self.batch_shares = BatchShares(self.ctx.rank, self.ctx.world_size) if run_config.tune.rebalance else None
         self.start_step = 0  # the step this attempt started at: more than 0 after resuming from a checkpoint
         self.checkpoints = Checkpoints(run_config.checkpoint, self.ctx, self.run_dir, record.attempt)
-        self._saves_when_due = run_config.checkpoint.every is not None  # whether a step's end asks the checkpoints
+        self._saves_when_due = self.checkpoints.periodic  # whether a step's end asks the checkpoints
         self._warmup_steps = cfg.warmup_steps  # read at every step's end (the config is not)
         # the CPU time of the Session's own code per measured step (its entry points less the user's work in them)
         self.bookkeeping = BookkeepingCounter()

@@ -138,6 +138,7 @@ class Checkpoints:
         assert self.root is not None
         self.attempt = attempt
         self.enabled = config.enabled
+        self.periodic = config.every is not None  # whether after_step() may save: without, it has nothing to do
         self.fingerprint: str | None = None
         self.optimizers: tuple[torch.optim.Optimizer, ...] = ()
         self.extra: dict[str, Any] = {}
@@ -307,7 +308,7 @@ class Checkpoints:
         slowest rank's pace (one all-gather a few steps after the start, then at every save), so every rank
         saves at the same step without a collective per step.
         """
-        if self.config.every is None:
+        if not self.periodic:
             return
         self._poll()
         step = session.step_count

@@ -112,7 +112,7 @@ class StepTimer:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
         record = self._record((step, end, loss, 1, self.step_start, self.started_at, self.data_marks,
                                self.compute_marks, self.tail_marks, self.backward_end, self.samples), warmup, loss,
-                              _wall_offset())
+                              _wall_offset() if self._host else 0.0)  # the offset serves host marks only
         self._next_step()
         return record
 
