@@ -102,3 +102,29 @@ def test_a_zero_interval_reads_every_time() -> None:
         host.t += 0.001
         cpu.energy_j()
     assert len(calls) == 4  # the reading at construction, then every call
+
+
+def test_between_samples_a_read_extends_the_last_power_and_the_samplers_next_read_catches_up() -> None:
+    host = FakeHost()
+    reads = []
+
+    def times() -> tuple[int, int]:
+        reads.append(host.t)
+        return host.times()
+
+    cpu = ModelledCpu(n_cpus=4, read_times=times, clock=lambda: host.t, model="Test CPU", cpu_tdp_w=100.0,
+                      min_read_interval_s=0.0)
+    host.t += 0.05
+    first = cpu.energy_j_between_samples()  # no power known yet: the CPU times are read
+    assert len(reads) == 2
+    host.run(1, 0.0)
+    sampled = cpu.energy_j()  # the sampler's read: an idle second
+    host.run(1, 1.0)  # a busy second, then a window's end between two samples: the idle power, no read
+    between = cpu.energy_j_between_samples()
+    assert len(reads) == 3
+    assert between == pytest.approx(sampled + 100 * IDLE_SHARE * 1.0)
+    host.run(1, 1.0)
+    caught_up = cpu.energy_j()  # the next sample reads: two busy seconds, one of them left to count
+    assert len(reads) == 4
+    assert caught_up == pytest.approx(between + 100 * 1.0, rel=0.01)
+    assert first <= sampled <= between <= caught_up

@@ -140,3 +140,37 @@ def test_a_lost_estimated_device_leaves_the_window_measured() -> None:
     w = out["measurement"]
     assert (w.energy_j, w.sources, w.lost, w.estimated) == ({"gpu0": pytest.approx(200)},
                                                            {"gpu0": "nvml-counter"}, ("cpu",), False)
+
+
+class Extending(ConstantPower):
+    """Counts how it was read: in full, or between the sampler's samples."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__("cpu", 10, clock, estimated=True)
+        self.full = self.between = 0
+
+    def energy_j(self) -> float:
+        self.full += 1
+        return super().energy_j()
+
+    def energy_j_between_samples(self) -> float:
+        self.between += 1
+        return super().energy_j()
+
+
+def test_a_snapshot_between_samples_lets_devices_extend_only_while_the_sampler_runs() -> None:
+    clock = Clock()
+    device = Extending(clock)
+    quiet = Monitor([device], sample_interval_s=None, clock=clock)  # no sampler: every snapshot reads in full
+    quiet.snapshot(between_samples=True)
+    assert (device.between, device.full) == (0, 2)
+    sampled = Monitor([device], sample_interval_s=3600.0, clock=clock)  # a sampler that will not wake in the test
+    try:
+        full = device.full
+        clock.t = 2.0
+        snap = sampled.snapshot(between_samples=True)
+        assert device.between == 1 and device.full == full and snap.energy_j == {"cpu": pytest.approx(20)}
+        sampled.snapshot()  # what the sampler itself asks: a full read
+        assert device.full == full + 1
+    finally:
+        sampled.close()

@@ -141,6 +141,12 @@ class Device(ABC):
     def energy_j(self) -> float:
         """Joules consumed since the device was opened (monotonic, wraparound already handled)."""
 
+    def energy_j_between_samples(self) -> float:
+        """:meth:`energy_j` where a power sampler reads every device on its own schedule (a window's end between
+        two samples): a device whose figure is a model and whose read is costly may extend its last reading at
+        that reading's power instead (see :class:`~dtpo.devices.modelled_cpu.ModelledCpu`); by default it is read."""
+        return self.energy_j()
+
     def power_w(self) -> float | None:
         """Instantaneous (or most recent average) power in watts, if the device can tell."""
         return None

@@ -226,26 +226,46 @@ class ModelledCpu(Device):
         with self._lock:
             if self._closed:
                 return self._energy
-            power = self._last_power
             now = self._clock()
-            if power is not None and now - self._last_read_t < self.min_read_interval_s:
-                dt = now - self._last_t
-                if dt > 0:
-                    self._energy += power * dt
-                    self._last_t = now
+            if self._last_power is not None and now - self._last_read_t < self.min_read_interval_s:
+                return self._extend(now)
+            return self._read()
+
+    def energy_j_between_samples(self) -> float:
+        """Modelled joules up to now, extended at the last interval's power without reading the CPU times: a power
+        sampler reads them on its own schedule (every 0.1 s by default), and a window's end between two samples
+        takes its energy from the last one (reading ``/proc/stat`` there cost 100 us with the caches cold after a
+        DDP step). Before the first interval's power is known the CPU times are read."""
+        with self._lock:
+            if self._closed:
                 return self._energy
-            busy, total = self._read_times()
-            now = self._clock()
-            last_busy, last_total = self._last_times
-            d_busy, d_total = busy - last_busy, total - last_total
-            dt = now - self._last_t
-            if dt > 0:
-                # the utilisation over the span since the last read, over the time not yet integrated
-                util = d_busy / d_total if d_total > 0 else 0.0
-                self._last_power = self.power_at(util)
-                self._energy += self._last_power * dt
-            self._last_times, self._last_t, self._last_read_t = (busy, total), now, now
-            return self._energy
+            return self._read() if self._last_power is None else self._extend(self._clock())
+
+    def _extend(self, now: float) -> float:
+        """The energy grown at the last interval's power up to ``now`` (the lock held)."""
+        power = self._last_power
+        assert power is not None
+        dt = now - self._last_t
+        if dt > 0:
+            self._energy += power * dt
+            self._last_t = now
+        return self._energy
+
+    def _read(self) -> float:
+        """The energy after reading the CPU times: the span since the last read at its mean utilisation (the lock
+        held)."""
+        busy, total = self._read_times()
+        now = self._clock()
+        last_busy, last_total = self._last_times
+        d_busy, d_total = busy - last_busy, total - last_total
+        dt = now - self._last_t
+        if dt > 0:
+            # the utilisation over the span since the last read, over the time not yet integrated
+            util = d_busy / d_total if d_total > 0 else 0.0
+            self._last_power = self.power_at(util)
+            self._energy += self._last_power * dt
+        self._last_times, self._last_t, self._last_read_t = (busy, total), now, now
+        return self._energy
 
     def power_w(self) -> float | None:
         """Modelled power over the interval between the last two reads."""

@@ -128,9 +128,15 @@ class Monitor:
         """The Unix time of a reading taken at ``t`` on this monitor's monotonic clock."""
         return t + (time.time() - self._clock())
 
-    def snapshot(self) -> Snapshot:
-        """Read every device now; a device that fails is marked lost and left out from then on."""
+    def snapshot(self, between_samples: bool = False) -> Snapshot:
+        """Read every device now; a device that fails is marked lost and left out from then on.
+
+        Args:
+            between_samples: While the sampler runs, let a modelled device extend its last sample rather than be
+                read again (:meth:`~dtpo.devices.base.Device.energy_j_between_samples`): what a window's end asks.
+        """
         readings: dict[str, float] = {}
+        extend = between_samples and self._thread is not None
         with self._lock:
             t = self._clock()
             for device in self.devices:
@@ -138,7 +144,7 @@ class Monitor:
                 if name in self.lost:
                     continue
                 try:
-                    readings[name] = device.energy_j()
+                    readings[name] = device.energy_j_between_samples() if extend else device.energy_j()
                 except DeviceError as exc:
                     self.lost[name] = str(exc)
                     if self._on_lost is not None:

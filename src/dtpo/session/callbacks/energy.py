@@ -3,6 +3,8 @@
 The run window opens when the first measured (post-warm-up) step starts. The Session closes a window every
 ``window_steps`` measured steps; this callback, first in the list, fills each window's energy from one
 snapshot of every device, which also opens the next window, so the windows add up exactly to the run window.
+While the power sampler runs, a modelled device's share of that snapshot extends its last sample
+(:meth:`~dtpo.energy.monitor.Monitor.snapshot`): a window's energy is then as fine as the sampler's period.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ class EnergyCallback(Callback):
         """Fill the window's energy and open the next window at the same instant."""
         if not self._open:
             return
-        start, snap = self._boundary, self.monitor.snapshot()
+        start, snap = self._boundary, self.monitor.snapshot(between_samples=True)
         assert start is not None  # set when the run window opened
         measured = self.monitor.measure(CURRENT_WINDOW, start, snap)
         self._boundary = snap
