@@ -1,5 +1,5 @@
-"""The bookkeeping counter: it sums the stretches it is told about on the steps it counts, and counts those steps
-in proportion whatever their period (a fake clock: no timing)."""
+"""The bookkeeping counter: it sums the stretches it is told about on the steps it counts, counts those steps in
+proportion whatever their period, and takes its own reads' share off (a fake clock: no timing)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_one_step_in_four_is_counted_whatever_the_period_of_a_kind_of_step(perio
         assert counted / len(steps) == pytest.approx(0.25, abs=0.02)
 
 
-def test_a_step_not_counted_reads_no_clock() -> None:
+def test_a_step_neither_counted_nor_calibrating_reads_no_clock() -> None:
     reads = 0
 
     def clock() -> int:
@@ -70,11 +70,61 @@ def test_a_step_not_counted_reads_no_clock() -> None:
         return 0
 
     counter = BookkeepingCounter(clock)
-    counted = 0
+    counted = calibrating = 0
     for step in range(400):
+        before = reads
         counter.begin_step(step)
         counted += counter.counting
-    assert 0 < counted < 400 and reads == counted  # begin_step opens a stretch on counted steps only
+        calibrating += not counter.counting and reads > before
+        assert reads - before == (1 if counter.counting else 0 if reads == before else 2)
+    # begin_step opens a stretch on counted steps, times an empty one on calibrating steps, and reads nothing else
+    assert 0 < counted < 400 and calibrating == pytest.approx(100, abs=8) and reads == counted + 2 * calibrating
+
+
+class TickingClock(FakeClock):
+    """Each read takes ``cost`` nanoseconds, half before the clock is sampled and half after (a system call)."""
+
+    def __init__(self, cost: int) -> None:
+        super().__init__()
+        self.cost = cost
+
+    def __call__(self) -> int:
+        self.now += self.cost // 2
+        sampled = self.now
+        self.now += self.cost // 2
+        return sampled
+
+
+def test_the_counters_own_reads_are_timed_in_place_and_taken_off_each_stretch() -> None:
+    clock = TickingClock(cost=40)
+    counter = BookkeepingCounter(clock)
+    for step in range(4000):
+        counter.begin_step(step)
+        if counter.counting:
+            clock.now += 100  # the Session's code
+            counter.leave()
+            clock.now += 5000  # the user's work
+            counter.enter()
+            clock.now += 200
+            counter.leave()
+            counter.step_done()
+        clock.now += 5000
+    assert counter.empty_stretch_ns == 40  # half of each of the two reads falls inside a stretch
+    assert counter.raw_seconds_per_step == pytest.approx((300 + 2 * 40) / 1e9)
+    assert counter.bias_seconds_per_step == pytest.approx(2 * 40 / 1e9)
+    assert counter.seconds_per_step == pytest.approx(300 / 1e9)  # the Session's code alone
+
+
+def test_counting_every_step_leaves_none_to_calibrate_on_and_takes_nothing_off() -> None:
+    clock = TickingClock(cost=40)
+    counter = BookkeepingCounter(clock, sample_one_in=1)
+    for step in range(10):
+        counter.begin_step(step)
+        clock.now += 100
+        counter.leave()
+        counter.step_done()
+    assert counter.empty_stretch_ns == 0 and counter.bias_seconds_per_step == 0
+    assert counter.seconds_per_step == counter.raw_seconds_per_step == pytest.approx(140e-9)
 
 
 def test_a_sample_rate_below_one_is_refused() -> None:
