@@ -1,4 +1,4 @@
-"""The partial record's text: the same JSON a full encoding gives, each step encoded once."""
+"""The partial record's text: the same JSON a full encoding gives, each step and energy window encoded once."""
 
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ def test_steps_replaced_or_cut_are_encoded_afresh() -> None:
     assert text.encode(record) == full(record)
 
 
-def test_strings_in_the_record_never_stand_for_the_steps() -> None:
-    record, text = partial([step(0)], config={"note": "\x00steps-", "more": "[]"}), PartialRecordText()
+def test_strings_in_the_record_never_stand_for_the_steps_or_windows() -> None:
+    record, text = partial([step(0)], config={"note": "\x00list-", "more": "[]"}), PartialRecordText()
     assert text.encode(record) == full(record)
 
 
@@ -72,3 +72,29 @@ def test_a_partial_record_holds_one_rank() -> None:
     record.ranks.append(record.ranks[0])
     with pytest.raises(ValueError, match="one rank, not 2"):
         PartialRecordText().encode(record)
+
+
+def test_each_energy_window_is_encoded_once_and_windows_replaced_are_encoded_afresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    record, text = partial([step(0)]), PartialRecordText()
+    windows = record.ranks[0].energy["windows"]
+    encoded: list[int] = []
+    dumps = json.dumps
+
+    def counting(value, **kwargs):  # the windows' own encoding: a list of their dicts
+        if isinstance(value, list) and value and isinstance(value[0], dict) and "first_step" in value[0]:
+            encoded.extend(w["first_step"] for w in value)
+        return dumps(value, **kwargs)
+
+    monkeypatch.setattr("dtpo.core.partial_text.json.dumps", counting)
+    assert text.encode(record) == full(record)
+    windows.extend({"first_step": i, "last_step": i, "energy_j": {"cpu": i / 2}} for i in (4, 6))
+    assert text.encode(record) == full(record)
+    assert text.encode(record) == full(record)
+    assert encoded == [2, 4, 6]  # each once, however often the record is written
+    record.ranks[0].energy["windows"] = [{"first_step": 9, "last_step": 9}]  # another list: encoded afresh
+    assert text.encode(record) == full(record)
+    record.ranks[0].energy = {"windows": None, "run": None}
+    assert text.encode(record) == full(record)
+    record.ranks[0].energy = None
+    assert text.encode(record) == full(record)
