@@ -105,6 +105,8 @@ class Monitor:
         if sample_interval_s is not None:
             check_sample_interval(devices, sample_interval_s)
         self.devices = list(devices)
+        # what a window reports of each device, read once: (name, source, estimated) in device order
+        self._described = [(d.info.name, d.info.source, d.info.estimated) for d in self.devices]
         self._clock = clock
         self._on_lost = on_lost
         self._lock = threading.Lock()
@@ -188,17 +190,16 @@ class Monitor:
         sources: dict[str, str] = {}
         lost: list[str] = []
         estimated = False
-        for device in self.devices:
-            info = device.info
-            n = info.name
+        for n, source, modelled in self._described:
             if n in first and n in last:
                 energy[n] = last[n] - first[n]
-                sources[n] = info.source
-                estimated = estimated or info.estimated
+                sources[n] = source
+                if modelled:
+                    estimated = True
             else:
                 lost.append(n)
         return WindowMeasurement(name, end.t - start.t, energy, sources, estimated,
-                                 tuple(sorted(set(lost))))  # a name two devices share, once
+                                 tuple(sorted(set(lost))) if lost else ())  # a name two devices share, once
 
     @contextlib.contextmanager
     def window(self, name: str) -> Iterator[dict[str, WindowMeasurement]]:
