@@ -126,8 +126,9 @@ class RankRecord:
         evaluation: The trained model's loss on a fixed evaluation set (``loss``, ``samples``), the same for
             every rank; ``None`` when the script did not evaluate (see :meth:`dtpo.Session.note_evaluation`).
         bookkeeping_s_per_step: dtpo bookkeeping per step: the CPU seconds the Session spent in its own code per
-            measured step (see ``dtpo.session.loop.bookkeeping``); ``None`` where not counted (records written
-            before it existed, producers other than the Session, runs with no counted step).
+            measured step, the counter's own clock reads taken off (see ``dtpo.session.loop.bookkeeping``); ``None``
+            where not counted (records written before it existed, producers other than the Session, runs with no
+            counted step).
         grid: The run scheduled against a grid signal (:class:`~dtpo.core.record_sections.GridSection`); ``None``
             (and left out of the file) without ``--grid-signal``.
     """

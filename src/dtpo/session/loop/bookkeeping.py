@@ -35,9 +35,9 @@ whatever their period) in proportion; :attr:`BookkeepingCounter.raw_seconds_per_
 
 Each stretch still holds part of the counter's own two reads: what the first does after it sampled the clock (the
 return from the kernel, the integer it builds) and what the second does before it samples it. With the caches cold
-that is about 1.4 us a stretch here (8 us of a counted step's six stretches, more after a DDP step), and none of it
-is the Session's. So, as a profiler calibrates its own cost (:meth:`profile.Profile.calibrate`), the counter
-measures it in place: on another step in :data:`SAMPLE_ONE_IN` (the next quarter of the same hash, so never a
+that is 1.4-2.7 us a stretch here (8-16 us of a counted step's six stretches, more after a DDP step), and none of
+it is the Session's. So, as a profiler calibrates its own cost (:meth:`profile.Profile.calibrate`), the counter
+measures it in place: on another step in :data:`SAMPLE_ONE_IN` (the next slice of the same hash, so never a
 counted one), where a counted step's first stretch would start, it reads the clock twice in a row: an empty
 stretch, under the same conditions. :attr:`BookkeepingCounter.seconds_per_step` is the raw mean less the median
 empty stretch (over the latest :data:`CALIBRATION_SAMPLES`) for each stretch counted, and
