@@ -70,16 +70,21 @@ def test_dram_is_constant_power_and_estimated() -> None:
     assert dram.info.estimated and dram.info.kind == "dram"
 
 
-def test_reads_within_a_clock_tick_reuse_the_last_power_and_the_next_read_catches_up() -> None:
-    host = FakeHost()
-    reads = []
+def reading_cpu(host: FakeHost, min_read_interval_s: float) -> tuple[ModelledCpu, list[float]]:
+    """A 100 W modelled CPU on ``host``, and the times at which it read the CPU times."""
+    reads: list[float] = []
 
     def times() -> tuple[int, int]:
         reads.append(host.t)
         return host.times()
 
-    cpu = ModelledCpu(n_cpus=4, read_times=times, clock=lambda: host.t, model="Test CPU", cpu_tdp_w=100.0,
-                      min_read_interval_s=0.01)
+    return ModelledCpu(n_cpus=4, read_times=times, clock=lambda: host.t, model="Test CPU", cpu_tdp_w=100.0,
+                       min_read_interval_s=min_read_interval_s), reads
+
+
+def test_reads_within_a_clock_tick_reuse_the_last_power_and_the_next_read_catches_up() -> None:
+    host = FakeHost()
+    cpu, reads = reading_cpu(host, min_read_interval_s=0.01)
     host.run(1, 0.0)
     idle = cpu.energy_j()  # a read: the power of an idle second
     assert idle == pytest.approx(100 * IDLE_SHARE)
@@ -106,14 +111,7 @@ def test_a_zero_interval_reads_every_time() -> None:
 
 def test_between_samples_a_read_extends_the_last_power_and_the_samplers_next_read_catches_up() -> None:
     host = FakeHost()
-    reads = []
-
-    def times() -> tuple[int, int]:
-        reads.append(host.t)
-        return host.times()
-
-    cpu = ModelledCpu(n_cpus=4, read_times=times, clock=lambda: host.t, model="Test CPU", cpu_tdp_w=100.0,
-                      min_read_interval_s=0.0)
+    cpu, reads = reading_cpu(host, min_read_interval_s=0.0)
     host.t += 0.05
     first = cpu.energy_j_between_samples()  # no power known yet: the CPU times are read
     assert len(reads) == 2
