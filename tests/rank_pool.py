@@ -5,7 +5,8 @@ run on each rank mostly take less. A :class:`RankPool` keeps ``world_size`` spaw
 them one task at a time: the function, its arguments, and what a freshly spawned child would have inherited
 from the test (environment, working directory, import path), with a new rendezvous port per task. Each task
 forms and ends its own process group as it would in fresh processes; what a process's exit used to clean up
-(a process group left initialised, signal handlers a Session installed) is reset after each task.
+(a process group left initialised, signal handlers a Session installed, the count of runs a Session opened) is
+reset after each task.
 
 A task that fails on any rank, or a rank that dies, ends the whole pool (the other ranks may wait in a
 collective forever) and raises :class:`RankFailed` with the rank's traceback; the next task starts a new pool.
@@ -44,6 +45,7 @@ def _serve(rank: int, world_size: int, conn: Connection) -> None:
     import torch.distributed as dist
 
     from dtpo.distributed.worker_exit import exit_now
+    from dtpo.session.stream_run import StreamRun
 
     handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
     while True:
@@ -68,6 +70,7 @@ def _serve(rank: int, world_size: int, conn: Connection) -> None:
             error = traceback.format_exc()
         if dist.is_initialized():  # a fresh process would have ended with its group
             dist.destroy_process_group()
+        StreamRun.opened = 0  # nor would it have opened a run (dtpo launch's agent stands aside after a Session's)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         sys.stdout.flush()
