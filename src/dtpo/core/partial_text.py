@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from dtpo.core.record import RunRecord
+from dtpo.core.record import RunRecord, StepRecord
 
 _COMPACT = (",", ":")
 
@@ -31,10 +31,10 @@ class _GrowingList:
     (items replaced or cut, as a resume may do) is encoded afresh.
 
     Args:
-        as_json: What an item is encoded as (a JSON-ready value).
+        as_json: What an item is encoded as (a JSON-ready value); ``None``: the item itself.
     """
 
-    def __init__(self, as_json: Callable[[Any], Any]) -> None:
+    def __init__(self, as_json: Callable[[Any], Any] | None = None) -> None:
         self.as_json = as_json
         self._chunks: list[str] = []  # the encoded items, comma-joined within each chunk, without brackets
         self._count = 0  # items encoded
@@ -49,8 +49,8 @@ class _GrowingList:
         if count > len(items) or (count and items[count - 1] is not self._last):
             self._chunks, count = [], 0
         if len(items) > count:
-            as_json = self.as_json
-            self._chunks.append(json.dumps([as_json(item) for item in items[count:]], separators=_COMPACT)[1:-1])
+            new = items[count:] if self.as_json is None else [self.as_json(item) for item in items[count:]]
+            self._chunks.append(json.dumps(new, separators=_COMPACT)[1:-1])
             self._count, self._last = len(items), items[-1]
         return "[" + ",".join(self._chunks) + "]"
 
@@ -59,8 +59,8 @@ class PartialRecordText:
     """Encodes one rank's partial record again and again as its steps and energy windows grow, each once."""
 
     def __init__(self) -> None:
-        self._steps = _GrowingList(lambda step: step.to_dict())
-        self._windows = _GrowingList(lambda window: window)  # plain dicts, as the energy callback records them
+        self._steps = _GrowingList(StepRecord.to_dict)
+        self._windows = _GrowingList()  # plain dicts, as the energy callback records them
 
     def encode(self, record: RunRecord) -> str:
         """``record`` (a partial record: one rank) as compact JSON, the same text ``json.dumps(record.to_dict())``

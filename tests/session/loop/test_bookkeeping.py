@@ -18,20 +18,27 @@ class FakeClock:
         return self.now
 
 
+def two_stretch_steps(counter: BookkeepingCounter, clock: FakeClock, steps: int, first_ns: int,
+                      second_ns: int) -> None:
+    """Steps of two stretches of dtpo code around the user's work (1000 ns), with as much again between steps."""
+    for step in range(steps):
+        counter.begin_step(step)  # opens the step's first stretch when it is counted
+        if counter.counting:
+            clock.now += first_ns
+            counter.leave()
+            clock.now += 1000  # the user's work
+            counter.enter()
+            clock.now += second_ns
+            counter.leave()
+            counter.step_done()
+        clock.now += 1000
+
+
 def test_it_sums_the_stretches_of_counted_steps_and_nothing_between_them() -> None:
     clock = FakeClock()
     counter = BookkeepingCounter(clock, sample_one_in=1)
     assert counter.seconds_per_step is None
-    for step in range(3):
-        counter.begin_step(step)  # opens the step's first stretch
-        clock.now += 5
-        counter.leave()
-        clock.now += 1000  # the user's work
-        counter.enter()
-        clock.now += 7
-        counter.leave()
-        counter.step_done()
-        clock.now += 1000
+    two_stretch_steps(counter, clock, 3, first_ns=5, second_ns=7)
     assert (counter.total_ns, counter.steps) == (3 * 12, 3)
     assert counter.seconds_per_step == pytest.approx(12e-9)
 
@@ -98,17 +105,7 @@ class TickingClock(FakeClock):
 def test_the_counters_own_reads_are_timed_in_place_and_taken_off_each_stretch() -> None:
     clock = TickingClock(cost=40)
     counter = BookkeepingCounter(clock)
-    for step in range(4000):
-        counter.begin_step(step)
-        if counter.counting:
-            clock.now += 100  # the Session's code
-            counter.leave()
-            clock.now += 5000  # the user's work
-            counter.enter()
-            clock.now += 200
-            counter.leave()
-            counter.step_done()
-        clock.now += 5000
+    two_stretch_steps(counter, clock, 4000, first_ns=100, second_ns=200)  # the Session's code: 300 ns a step
     assert counter.empty_stretch_ns == 40  # half of each of the two reads falls inside a stretch
     assert counter.raw_seconds_per_step == pytest.approx((300 + 2 * 40) / 1e9)
     assert counter.bias_seconds_per_step == pytest.approx(2 * 40 / 1e9)
