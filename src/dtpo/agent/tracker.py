@@ -190,7 +190,7 @@ class StepTracker:
             return
         self._requested_by = None
         timer = self.timer
-        if not timer.data_marks and not timer.compute_marks:
+        if not timer.marked:
             timer.reset()
 
     @_guarded
@@ -244,7 +244,7 @@ class StepTracker:
         end = self.clock.mark()
         self.clock.settle()
         if timer.backward_end is None:  # no backward seen (it ran elsewhere): the whole step counts as compute
-            timer.compute_marks.append((timer.batch_ready or timer.step_start, end))
+            timer.add_compute(timer.batch_ready or timer.step_start, end)
             timer.backward_end = end
         timer.batch_ready = None
         tokens = self._tokens

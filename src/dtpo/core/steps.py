@@ -31,7 +31,7 @@ __all__ = ["DistView", "EnergyView", "LifecycleView", "RunView", "SettingView", 
            "Window", "plain_step"]
 
 
-@dataclass
+@dataclass(slots=True)
 class Window:
     """A span of consecutive measured optimizer steps on one rank.
 

@@ -21,9 +21,10 @@ from dtpo.devices.base import Device, DeviceError
 from dtpo.energy.sample_rate import check_sample_interval
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Snapshot:
-    """Every device's cumulative energy at one moment.
+    """Every device's cumulative energy at one moment (a value: read, never changed; not frozen, since a frozen
+    dataclass sets each field through ``object.__setattr__``, several times slower to build at each window's end).
 
     Attributes:
         t: Monotonic time of the reading.
@@ -34,9 +35,10 @@ class Snapshot:
     energy_j: dict[str, float]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class WindowMeasurement:
-    """Time and energy of one window on one rank (or, after :func:`combine`, on all ranks).
+    """Time and energy of one window on one rank (or, after :func:`combine`, on all ranks); a value, not frozen
+    for the same reason as :class:`Snapshot`.
 
     Attributes:
         name: The window's name.
@@ -107,6 +109,8 @@ class Monitor:
         self.devices = list(devices)
         # what a window reports of each device, read once: (name, source, estimated) in device order
         self._described = [(d.info.name, d.info.source, d.info.estimated) for d in self.devices]
+        # the devices still read: (name, read, read between samples), bound once; a lost device's name leaves
+        self._readers = [(d.info.name, d.energy_j, d.energy_j_between_samples) for d in self.devices]
         self._clock = clock
         self._on_lost = on_lost
         self._lock = threading.Lock()
@@ -138,20 +142,30 @@ class Monitor:
                 read again (:meth:`~dtpo.devices.base.Device.energy_j_between_samples`): what a window's end asks.
         """
         readings: dict[str, float] = {}
+        failed: list[tuple[str, DeviceError]] | None = None
         extend = between_samples and self._thread is not None
         with self._lock:
             t = self._clock()
-            for device in self.devices:
-                name = device.info.name
-                if name in self.lost:
-                    continue
+            for name, read, read_between_samples in self._readers:
                 try:
-                    readings[name] = device.energy_j_between_samples() if extend else device.energy_j()
+                    readings[name] = read_between_samples() if extend else read()
                 except DeviceError as exc:
-                    self.lost[name] = str(exc)
-                    if self._on_lost is not None:
-                        self._on_lost(f"energy of {name} is no longer measured: {exc}")
+                    failed = [*(failed or ()), (name, exc)]
+            if failed is not None:
+                self._lose(failed, readings)
         return Snapshot(t, readings)
+
+    def _lose(self, failed: list[tuple[str, DeviceError]], readings: dict[str, float]) -> None:
+        """Mark the devices that failed to read as lost (the lock held): left out of ``readings`` and of every
+        snapshot from now on, each told once."""
+        for name, exc in failed:
+            readings.pop(name, None)
+            if name in self.lost:  # a second device of the same name
+                continue
+            self.lost[name] = str(exc)
+            if self._on_lost is not None:
+                self._on_lost(f"energy of {name} is no longer measured: {exc}")
+        self._readers = [reader for reader in self._readers if reader[0] not in self.lost]
 
     @property
     def last_snapshot(self) -> Snapshot:

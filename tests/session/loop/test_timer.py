@@ -73,6 +73,32 @@ def test_host_clock_and_generic_clock_agree(monkeypatch: pytest.MonkeyPatch) -> 
     assert on_host.tail_s is None and on_host.comm_exposed_s is None  # several ranks, no bucket timing
 
 
+def _two_micro_batches(timer: StepTimer) -> Any:
+    timer.batch_requested(True)  # 0.0
+    timer.batch_arrived(4)  # 0.5
+    timer.backward_starting()
+    timer.backward_finished(False)  # 1.0
+    timer.batch_requested(False)  # 1.25
+    timer.batch_arrived(4)  # 1.5
+    timer.backward_starting()
+    timer.backward_finished(True)  # 2.5
+    return timer.close(0, False, 3.0, None)
+
+
+def test_a_host_timer_sums_each_part_as_a_device_timer_reads_its_marks(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = CpuClock()
+    values = iter([0.0, 0.5, 1.0, 1.25, 1.5, 2.5])
+    monkeypatch.setattr(host, "mark", lambda: next(values))
+    on_host = StepTimer(host, None, tail_measured=True, distributed=False)
+    summed = _two_micro_batches(on_host)
+    assert on_host.data_marks == [] and on_host.compute_marks == []  # no pair kept on the host
+    paired = _two_micro_batches(StepTimer(Marks([0.0, 0.5, 1.0, 1.25, 1.5, 2.5]), None, tail_measured=True,
+                                          distributed=False))
+    for record in (summed, paired):
+        assert (record.samples, record.step_s, record.data_wait_s) == (8, 3.0, 0.75)
+        assert (record.compute_s, record.tail_s, record.optimizer_s) == (1.5, 0.0, 0.5)
+
+
 def test_close_resets_for_the_next_step() -> None:
     timer = StepTimer(Marks([0.0, 0.5, 2.0, 3.0, 3.5, 4.0]), None, tail_measured=True, distributed=False)
     _one_step(timer)

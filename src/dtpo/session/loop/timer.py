@@ -5,6 +5,11 @@ last gradient ready (stamped by the gradient-communication hook), backward retur
 cuts give data wait, compute, the post-backward tail (later split into exposed communication and sync wait,
 see :mod:`dtpo.core.totals`) and optimizer time; they partition the step, so the parts add up to it.
 
+On the host a mark is a ``perf_counter`` reading, so a span's length is known as it ends: the timer sums each part's
+seconds at once (``data_s``, ``compute_s``, ``tail_s``), with no pair of marks kept per micro-batch. On a device a mark
+is a CUDA event whose time is known only once the device is done, so the pairs are kept (``data_marks``,
+``compute_marks``, ``tail_marks``) and read as the record is built.
+
 A step's record is built as it ends (:meth:`StepTimer.close`), or later: :meth:`StepTimer.defer` keeps the marks
 and the loss (a tensor on a device; on the host its value, read as backward returned, one operation where keeping a
 tensor to read later is two), and :meth:`StepTimer.close_deferred` builds a window's records together, reading the
@@ -47,8 +52,8 @@ class StepTimer:
     # slots: the marks are written several times a step, right after the model's work, when the caches are cold; a
     # slot is read and written in the object itself, where an attribute in a __dict__ is one more place to fetch
     __slots__ = ("clock", "stamps", "tail_measured", "distributed", "deferred", "step_start", "started_at",
-                 "batch_ready", "backward_end", "backward_done", "data_marks", "compute_marks", "tail_marks", "samples",
-                 "_requested", "_host", "_mark")
+                 "batch_ready", "backward_end", "backward_done", "data_s", "compute_s", "tail_s", "data_marks",
+                 "compute_marks", "tail_marks", "samples", "_requested", "_host", "_mark")
 
     def __init__(self, clock: CpuClock | CudaClock, stamps: ReadyStamps | None, tail_measured: bool,
                  distributed: bool) -> None:
@@ -69,10 +74,16 @@ class StepTimer:
         self.batch_ready: Any = None
         self.backward_end: Any = None
         self.backward_done = False
-        self.data_marks: list[tuple[Any, Any]] = []
+        self.data_s = self.compute_s = self.tail_s = 0.0  # on the host: each part's seconds so far
+        self.data_marks: list[tuple[Any, Any]] = []  # on a device: each part's pairs of events
         self.compute_marks: list[tuple[Any, Any]] = []
         self.tail_marks: tuple[Any, Any] | None = None
         self.samples = 0
+
+    @property
+    def marked(self) -> bool:
+        """Whether the open step has a micro-batch in hand or a backward done (a part of it marked)."""
+        return self.batch_ready is not None or self.backward_end is not None
 
     def batch_requested(self, first_micro: bool) -> Any:
         """Mark the request for a micro-batch; the first of a step also starts the step."""
@@ -87,7 +98,10 @@ class StepTimer:
     def batch_arrived(self, samples: int) -> None:
         """Mark the micro-batch in hand."""
         self.batch_ready = ready = self._mark()
-        self.data_marks.append((self._requested, ready))
+        if self._host:
+            self.data_s += ready - self._requested
+        else:
+            self.data_marks.append((self._requested, ready))
         self.samples += samples
 
     def backward_starting(self) -> None:
@@ -101,17 +115,28 @@ class StepTimer:
         stamps = self.stamps
         hooked = last_micro and stamps is not None and stamps.ready_count > 0
         compute_end = stamps.last_ready if hooked else end  # type: ignore[union-attr]
-        self.compute_marks.append((self.batch_ready, compute_end))
-        if last_micro:
-            self.tail_marks = (compute_end, end)
+        if self._host:
+            self.compute_s += compute_end - self.batch_ready
+            if last_micro:
+                self.tail_s = end - compute_end
+        else:
+            self.compute_marks.append((self.batch_ready, compute_end))
+            if last_micro:
+                self.tail_marks = (compute_end, end)
         self.backward_end = end
         self.batch_ready = None
         self.backward_done = True
 
+    def add_compute(self, start: Any, end: Any) -> None:
+        """Count the span between two marks as compute (a step whose backward the timer did not see)."""
+        if self._host:
+            self.compute_s += end - start
+        else:
+            self.compute_marks.append((start, end))
+
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
-        record = self._record((step, end, loss, 1, self.step_start, self.started_at, self.data_marks,
-                               self.compute_marks, self.tail_marks, self.backward_end, self.samples), warmup, loss,
+        record = self._record(self._kept(step, end, loss, 1), warmup, loss,
                               _wall_offset() if self._host else 0.0)  # the offset serves host marks only
         self._next_step()
         return record
@@ -119,8 +144,7 @@ class StepTimer:
     def defer(self, step: int, end: Any, loss: Any, divisor: int) -> None:
         """Keep the step's marks and its loss (a tensor, read later, or its value) for :meth:`close_deferred`, then
         reset for the next step: what a measured step must do as it ends, without building its record."""
-        self.deferred.append((step, end, loss, divisor, self.step_start, self.started_at, self.data_marks,
-                              self.compute_marks, self.tail_marks, self.backward_end, self.samples))
+        self.deferred.append(self._kept(step, end, loss, divisor))
         self._next_step()
 
     def close_deferred(self) -> list[StepRecord]:
@@ -133,35 +157,41 @@ class StepTimer:
         return [record(marks, False, None if loss is None else loss / marks[3], offset)
                 for marks, loss in zip(deferred, losses, strict=True)]
 
+    def _kept(self, step: int, end: Any, loss: Any, divisor: int) -> tuple[Any, ...]:
+        """What a step's record is built from: ``(step, end, loss, divisor, step_start, started_at, data, compute,
+        tail, backward_end, samples)``, where data, compute and tail are seconds on the host and marks on a device."""
+        if self._host:
+            return (step, end, loss, divisor, self.step_start, self.started_at, self.data_s, self.compute_s,
+                    self.tail_s, self.backward_end, self.samples)
+        return (step, end, loss, divisor, self.step_start, self.started_at, self.data_marks, self.compute_marks,
+                self.tail_marks, self.backward_end, self.samples)
+
     def _next_step(self) -> None:
-        # reset() written out (this runs every step)
-        self.step_start = self.started_at = self.batch_ready = self.backward_end = self.tail_marks = None
+        # reset() written out (this runs every step), the host's sums or the device's marks
+        self.step_start = self.started_at = self.batch_ready = self.backward_end = None
         self.backward_done = False
-        self.data_marks = []
-        self.compute_marks = []
+        if self._host:
+            self.data_s = self.compute_s = self.tail_s = 0.0
+        else:
+            self.data_marks = []
+            self.compute_marks = []
+            self.tail_marks = None
         self.samples = 0
 
-    def _record(self, marks: tuple[Any, ...], warmup: bool, loss: float | None, wall_offset: float) -> StepRecord:
-        """A step's record from its marks, ``(step, end, loss, divisor, step_start, started_at, data_marks,
-        compute_marks, tail_marks, backward_end, samples)`` as :meth:`defer` keeps them, its loss's value (the mean
-        over its micro-batches, or ``None``: the marks' own loss and divisor are not read), and the wall clock's
-        offset from the host clock (:func:`_wall_offset`), which gives a host step's start in wall time."""
-        step, end, _, _, step_start, started_at, data_marks, compute_marks, tail_marks, backward_end, samples \
-            = marks
-        data = compute = 0  # summed in mark order as sum() would, without a generator
+    def _record(self, kept: tuple[Any, ...], warmup: bool, loss: float | None, wall_offset: float) -> StepRecord:
+        """A step's record from what :meth:`_kept` keeps of it, its loss's value (the mean over its micro-batches, or
+        ``None``: the kept loss and divisor are not read), and the wall clock's offset from the host clock
+        (:func:`_wall_offset`), which gives a host step's start in wall time."""
+        step, end, _, _, step_start, started_at, data, compute, tail, backward_end, samples = kept
         distributed = self.distributed
-        tail: float | None
-        if self._host:  # host marks are seconds: their differences, without a call for each
-            for requested, arrived in data_marks:
-                data += arrived - requested
-            for ready, computed in compute_marks:
-                compute += computed - ready
-            tail = tail_marks[1] - tail_marks[0] if tail_marks else 0.0
+        if self._host:  # the parts are seconds already; the step's own span and the optimizer's from their marks
             step_s, optimizer_s = end - step_start, end - backward_end
             if started_at is None:  # the start's wall time, from its mark (see batch_requested)
                 started_at = step_start + wall_offset
-        else:
+        else:  # pairs of events, summed in mark order
             secs = self.clock.seconds
+            data_marks, compute_marks, tail_marks = data, compute, tail
+            data = compute = 0.0
             for requested, arrived in data_marks:
                 data += secs(requested, arrived)
             for ready, computed in compute_marks:
