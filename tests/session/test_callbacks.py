@@ -77,6 +77,34 @@ def test_a_callback_sees_every_step_and_window_in_order(tmp_path: Path) -> None:
     assert recorder.windows[0].energy_j == {} and recorder.windows[0].joules_per_sample is None
 
 
+class Beginnings(Callback):
+    """Writes down the steps it was told begin."""
+
+    def __init__(self) -> None:
+        self.steps: list[int] = []
+
+    def on_step_begin(self, session: Any, step: int) -> None:
+        self.steps.append(step)
+
+
+@pytest.mark.parametrize("how", ["appended", "replaced"])
+def test_a_callback_added_mid_run_is_told_of_the_next_step_begin(tmp_path: Path, how: str) -> None:
+    session = _session(tmp_path, warmup_steps=1, window_steps=4)  # no step-begin listener: the Session skips the call
+    model = session.wrap(nn.Linear(6, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    late = Beginnings()
+    for x, y in session.batches(_data(), steps=8):
+        session.backward(F.cross_entropy(model(x), y))
+        session.step(opt)
+        if session.step_count == 5:  # mid-window
+            if how == "appended":
+                session.callbacks.append(late)
+            else:  # a new list of the same length, the last callback swapped for it
+                session.callbacks = [*session.callbacks[:-1], late]
+    session.finish()
+    assert late.steps == [5, 6, 7]
+
+
 def test_windows_carry_energy_when_it_is_measured(tmp_path: Path) -> None:
     recorder = Recorder()
     session = _session(tmp_path, warmup_steps=1, window_steps=2, callbacks=[recorder],

@@ -28,6 +28,13 @@ class StepStream:
         callbacks: The callbacks in call order (the list is kept, not copied: a host may add to it).
         window_steps: Measured steps per window.
         settings: The switchable settings in force, for each window (default: none).
+
+    Attributes:
+        open_steps: Measured steps waiting in the open window.
+        begin_listeners: The callbacks' ``on_step_begin`` methods still called.
+        listened: The callback list's length when the listeners were last found. :meth:`step_begin` calls nothing
+            while ``begin_listeners`` is empty and the list keeps that length: a host may skip the call then (the
+            Session does, at every step's start, where a call costs with the caches cold).
     """
 
     def __init__(self, host: RunView, callbacks: list[Callback], window_steps: int,
@@ -38,20 +45,18 @@ class StepStream:
         self.settings = settings or dict
         self.windows = 0  # windows closed so far
         self._open: list[StepRecord] = []  # measured steps of the open window
+        # how many: a plain attribute, since a producer reads it at every step's end, where a property's call costs
+        # with the caches cold
+        self.open_steps = 0
         self._listeners: dict[str, list[Any]] = {}
         self._listeners_of: list[Callback] | None = None
-        self._listened = 0
+        self.listened = 0  # the list's length when its listeners were found (a change makes them be found again)
         # the per-step hooks' listeners, read without a lookup by name (they run at every step)
-        self._step_begin: list[Any] = []
+        self.begin_listeners: list[Any] = []
         self._step_end: list[Any] = []
         # whether some on_step_end callback wants each record as its step ends (Callback.live_step_end); if not, the
         # producer may hand a window's records over as it closes (read after step_begin, which keeps it current)
         self.live_step_end = True
-
-    @property
-    def open_steps(self) -> int:
-        """Measured steps waiting in the open window."""
-        return len(self._open)
 
     @property
     def window_open(self) -> bool:
@@ -65,12 +70,12 @@ class StepStream:
     def step_begin(self, step: int) -> None:
         """Step ``step`` begins."""
         callbacks = self.callbacks
-        if callbacks is not self._listeners_of or len(callbacks) != self._listened:
+        if callbacks is not self._listeners_of or len(callbacks) != self.listened:
             self._refresh()
         host = self.host
-        for method in self._step_begin:
+        for method in self.begin_listeners:
             if method(host, step):  # done with this hook: not called again (see Callback.on_step_begin)
-                self._step_begin = [m for m in self._step_begin if m != method]
+                self.begin_listeners = [m for m in self.begin_listeners if m != method]
 
     def step_end(self, record: StepRecord) -> None:
         """A step ended: tell the callbacks, and close the window when it is full."""
@@ -82,7 +87,7 @@ class StepStream:
         host = self.host
         for record in records:
             callbacks = self.callbacks
-            if callbacks is not self._listeners_of or len(callbacks) != self._listened:
+            if callbacks is not self._listeners_of or len(callbacks) != self.listened:
                 self._refresh()
             for method in self._step_end:
                 if method(host, record):  # done with this hook: not called again (see Callback.on_step_end)
@@ -90,12 +95,14 @@ class StepStream:
             if not record.warmup:
                 steps = self._open
                 steps.append(record)
-                if len(steps) >= self.window_steps:
+                self.open_steps = open_steps = len(steps)
+                if open_steps >= self.window_steps:
                     self.close_window()
 
     def close_window(self) -> None:
         """Close the open window now (nothing happens when no measured step is waiting)."""
         steps, self._open = self._open, []
+        self.open_steps = 0
         if not steps:
             return
         times = sorted([s.step_s for s in steps])
@@ -120,7 +127,7 @@ class StepStream:
     def dispatch(self, hook: str, *args: Any) -> None:
         """Call ``hook`` on the callbacks that implement it, in list order."""
         listeners = self._listeners.get(hook)
-        if listeners is None or self._listeners_of is not self.callbacks or len(self.callbacks) != self._listened:
+        if listeners is None or self._listeners_of is not self.callbacks or len(self.callbacks) != self.listened:
             listeners = self._refresh()[hook]
         for method in listeners:
             method(self.host, *args)
@@ -131,8 +138,8 @@ class StepStream:
         self._listeners = {name: [getattr(cb, name) for cb in callbacks
                                   if getattr(type(cb), name, None) is not getattr(Callback, name)]
                            for name in HOOKS}
-        self._listeners_of, self._listened = callbacks, len(callbacks)
-        self._step_begin, self._step_end = self._listeners["on_step_begin"], self._listeners["on_step_end"]
+        self._listeners_of, self.listened = callbacks, len(callbacks)
+        self.begin_listeners, self._step_end = self._listeners["on_step_begin"], self._listeners["on_step_end"]
         self.live_step_end = any(getattr(cb, "live_step_end", True) for cb in callbacks
                                   if getattr(type(cb), "on_step_end", None) is not Callback.on_step_end)
         return self._listeners

@@ -376,7 +376,8 @@ class Session(StreamProducer):
                 counting = bookkeeping.counting
                 # no-sync / FLOP counting contexts only with accumulation or on the first step (FLOPs counted)
                 micro_contexts = switches.grad_accum > 1 or step == start
-                stream.step_begin(step)
+                if stream.begin_listeners or len(stream.callbacks) != stream.listened:  # else it calls nothing
+                    stream.step_begin(step)
             else:
                 counting = bookkeeping.counting
                 if counting:
@@ -426,7 +427,8 @@ class Session(StreamProducer):
         switches = self._switches
         accum = switches.grad_accum
         last = self._micro == accum - 1
-        timer.backward_starting()
+        if timer.stamps is not None:  # the previous backward's gradient stamps forgotten (timer.backward_starting)
+            timer.stamps.reset()
         if self.compute_slowdown is not None and isinstance(timer.batch_ready, float):
             self.compute_slowdown.wait(timer.batch_ready)
         # on the host the value of a step's only loss is read before backward: it is ready, and the read costs less
@@ -498,7 +500,16 @@ class Session(StreamProducer):
         clock.settle()  # the wait for the device: the step's work, not bookkeeping
         if counting:
             bookkeeping.enter()
-        self._close_step(end)
+        # the step's end, written out (a call costs here, with the caches cold): its record now or with its window
+        summed, self._loss = self._loss, None
+        step, start = self._step, self.start_step
+        if step == start and self.config.count_flops:
+            self._run.lifecycle.rank.flops_per_step = float(self._micro_steps.flops)
+        self._step = step + 1
+        self._micro = 0
+        first_measured = start + self._warmup_steps
+        self._step_ends.close(step, step < first_measured, end, summed, self._switches.grad_accum,
+                              step > first_measured)  # may wait: a measured step after the first
         if self._saves_when_due:
             self.checkpoints.after_step(self)
         if counting:
@@ -576,17 +587,6 @@ class Session(StreamProducer):
     def _dispatch(self, hook: str, *args: Any) -> None:
         """Call ``hook`` on the callbacks that implement it, in list order."""
         self._run.stream.dispatch(hook, *args)
-
-    def _close_step(self, end: Any) -> None:
-        summed, self._loss = self._loss, None
-        step, start = self._step, self.start_step
-        if step == start and self.config.count_flops:
-            self._run.lifecycle.rank.flops_per_step = float(self._micro_steps.flops)
-        self._step = step + 1
-        self._micro = 0
-        first_measured = start + self._warmup_steps
-        self._step_ends.close(step, step < first_measured, end, summed, self._switches.grad_accum,
-                              step > first_measured)  # may wait: a measured step after the first
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:

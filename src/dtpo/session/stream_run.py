@@ -171,4 +171,6 @@ class StreamProducer:
 
     @callbacks.setter
     def callbacks(self, callbacks: list[Callback]) -> None:
-        self._run.stream.callbacks = callbacks
+        stream = self._run.stream
+        stream.callbacks = callbacks
+        stream.listened = -1  # a new list: its listeners are found at the next hook, whatever its length

@@ -136,16 +136,32 @@ class StepTimer:
 
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
-        record = self._record(self._kept(step, end, loss, 1), warmup, loss,
-                              _wall_offset() if self._host else 0.0)  # the offset serves host marks only
-        self._next_step()
-        return record
+        self.defer(step, end, loss, 1)
+        return self._record(self.deferred.pop(), warmup, loss,
+                            _wall_offset() if self._host else 0.0)  # the offset serves host marks only
 
     def defer(self, step: int, end: Any, loss: Any, divisor: int) -> None:
-        """Keep the step's marks and its loss (a tensor, read later, or its value) for :meth:`close_deferred`, then
-        reset for the next step: what a measured step must do as it ends, without building its record."""
-        self.deferred.append(self._kept(step, end, loss, divisor))
-        self._next_step()
+        """Keep what the step's record is built from, with its loss (a tensor, read later, or its value), for
+        :meth:`close_deferred`, then reset for the next step: what a measured step must do as it ends, without building
+        its record.
+
+        What is kept: ``(step, end, loss, divisor, step_start, started_at, data, compute, tail, backward_end,
+        samples)``, where data, compute and tail are seconds on the host and the pairs of marks on a device.
+        """
+        # written out, reset() included: this runs at every step, where each call costs with the caches cold
+        if self._host:
+            self.deferred.append((step, end, loss, divisor, self.step_start, self.started_at, self.data_s,
+                                  self.compute_s, self.tail_s, self.backward_end, self.samples))
+            self.data_s = self.compute_s = self.tail_s = 0.0
+        else:
+            self.deferred.append((step, end, loss, divisor, self.step_start, self.started_at, self.data_marks,
+                                  self.compute_marks, self.tail_marks, self.backward_end, self.samples))
+            self.data_marks = []
+            self.compute_marks = []
+            self.tail_marks = None
+        self.step_start = self.started_at = self.batch_ready = self.backward_end = None
+        self.backward_done = False
+        self.samples = 0
 
     def close_deferred(self) -> list[StepRecord]:
         """The records of the deferred steps, in order, their losses read in one go (measured steps: no warm-up)."""
@@ -157,29 +173,8 @@ class StepTimer:
         return [record(marks, False, None if loss is None else loss / marks[3], offset)
                 for marks, loss in zip(deferred, losses, strict=True)]
 
-    def _kept(self, step: int, end: Any, loss: Any, divisor: int) -> tuple[Any, ...]:
-        """What a step's record is built from: ``(step, end, loss, divisor, step_start, started_at, data, compute,
-        tail, backward_end, samples)``, where data, compute and tail are seconds on the host and marks on a device."""
-        if self._host:
-            return (step, end, loss, divisor, self.step_start, self.started_at, self.data_s, self.compute_s,
-                    self.tail_s, self.backward_end, self.samples)
-        return (step, end, loss, divisor, self.step_start, self.started_at, self.data_marks, self.compute_marks,
-                self.tail_marks, self.backward_end, self.samples)
-
-    def _next_step(self) -> None:
-        # reset() written out (this runs every step), the host's sums or the device's marks
-        self.step_start = self.started_at = self.batch_ready = self.backward_end = None
-        self.backward_done = False
-        if self._host:
-            self.data_s = self.compute_s = self.tail_s = 0.0
-        else:
-            self.data_marks = []
-            self.compute_marks = []
-            self.tail_marks = None
-        self.samples = 0
-
     def _record(self, kept: tuple[Any, ...], warmup: bool, loss: float | None, wall_offset: float) -> StepRecord:
-        """A step's record from what :meth:`_kept` keeps of it, its loss's value (the mean over its micro-batches, or
+        """A step's record from what :meth:`defer` keeps of it, its loss's value (the mean over its micro-batches, or
         ``None``: the kept loss and divisor are not read), and the wall clock's offset from the host clock
         (:func:`_wall_offset`), which gives a host step's start in wall time."""
         step, end, _, _, step_start, started_at, data, compute, tail, backward_end, samples = kept
