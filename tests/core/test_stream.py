@@ -60,6 +60,48 @@ def test_measured_steps_are_cut_into_windows_after_every_callback_saw_the_step()
                                                                 ("b", "window")]
 
 
+class Windows(Callback):
+    """Keeps each window's steps, and may start wanting each step's record after a window."""
+
+    def __init__(self, out: list[Any], listen_after: int | None = None) -> None:
+        self.out = out
+        self.listen_after = listen_after
+
+    def on_window_end(self, session: Any, window: Window) -> None:
+        self.out.append((window.index, window.first_step, window.last_step, window.samples))
+        if self.listen_after == window.index:
+            session.callbacks.append(Log("late", self.out))
+
+
+def test_measured_steps_handed_over_together_make_the_windows_one_at_a_time_would() -> None:
+    records = steps(12, warmup=0)
+    windows: dict[str, list[Any]] = {}
+    for how in ("one at a time", "together"):
+        out: list[Any] = []
+        stream = StepStream(SimpleNamespace(), [Windows(out)], window_steps=4)
+        stream.step_end(records[0])  # a window already open when the rest come together
+        if how == "together":
+            stream.step_ends(records[1:7], True)
+            stream.step_ends(records[7:], True)
+        else:
+            for record in records[1:]:
+                stream.step_end(record)
+        windows[how] = out
+        assert stream.open_steps == 0 and not stream.window_open
+    assert windows["together"] == windows["one at a time"] == [(0, 0, 3, 46), (1, 4, 7, 62), (2, 8, 11, 78)]
+
+
+def test_a_callback_that_wants_each_step_from_a_window_on_gets_each_step_after_it() -> None:
+    out: list[Any] = []
+    host = SimpleNamespace()
+    stream = StepStream(host, [Windows(out, listen_after=0)], window_steps=3)
+    host.callbacks = stream.callbacks
+    stream.step_ends(steps(7, warmup=0), True)
+    assert out == [(0, 0, 2, 33), ("late", "step", 3), ("late", "step", 4), ("late", "step", 5), (1, 3, 5, 42),
+                   ("late", "window", (1, 3, 5, 42, pytest.approx(0.4 + 0.5 + 0.6), pytest.approx(0.5), {})),
+                   ("late", "step", 6)]
+
+
 def test_callbacks_added_to_the_list_are_called_from_the_next_hook() -> None:
     out: list[tuple[str, str, Any]] = []
     callbacks: list[Callback] = [Log("a", out)]

@@ -81,23 +81,38 @@ class StepStream:
         """A step ended: tell the callbacks, and close the window when it is full."""
         self.step_ends((record,))
 
-    def step_ends(self, records: Sequence[StepRecord]) -> None:
+    def step_ends(self, records: Sequence[StepRecord], measured: bool = False) -> None:
         """Steps ended, in step order: the same hooks, in the same order, as one :meth:`step_end` per record (a
-        producer hands a window's records over together as it closes), for one call."""
+        producer hands a window's records over together as it closes), for one call.
+
+        Args:
+            records: The steps' records.
+            measured: None of them is a warm-up step (the producer knows it): while no callback wants each step's
+                record, they join the open window a window's worth at a time, none looked at on its own.
+        """
         host = self.host
-        for record in records:
+        i, n = 0, len(records)
+        while i < n:
             callbacks = self.callbacks
             if callbacks is not self._listeners_of or len(callbacks) != self.listened:
                 self._refresh()
-            for method in self._step_end:
-                if method(host, record):  # done with this hook: not called again (see Callback.on_step_end)
-                    self._step_end = [m for m in self._step_end if m != method]
-            if not record.warmup:
-                steps = self._open
+            steps = self._open
+            if measured and not self._step_end:  # up to the window's end at once
+                j = i + self.window_steps - len(steps)
+                steps.extend(records[i:j])
+                i = j
+            else:
+                record = records[i]
+                i += 1
+                for method in self._step_end:
+                    if method(host, record):  # done with this hook: not called again (see Callback.on_step_end)
+                        self._step_end = [m for m in self._step_end if m != method]
+                if record.warmup:
+                    continue
                 steps.append(record)
-                self.open_steps = open_steps = len(steps)
-                if open_steps >= self.window_steps:
-                    self.close_window()
+            self.open_steps = open_steps = len(steps)
+            if open_steps >= self.window_steps:
+                self.close_window()
 
     def close_window(self) -> None:
         """Close the open window now (nothing happens when no measured step is waiting)."""

@@ -80,7 +80,7 @@ class StepEnds:
         good = records if bad is None else records[:bad]
         steps = self.run.lifecycle.rank.steps
         steps.extend(good)
-        self.stream.step_ends(good)
+        self.stream.step_ends(good, True)  # measured steps only
         if bad is not None:  # in the record, not handed over, and the run stops there
             last = records[bad]
             steps.append(last)
