@@ -120,10 +120,22 @@ def _marked(timer: StepTimer, samples: int) -> None:
     timer.backward_finished(True)
 
 
-def test_deferred_steps_give_the_records_close_would_have_given() -> None:
+def _clock(marks: list[float], on_host: bool) -> Any:
+    """A clock giving ``marks``: the host's (whose timer sums each part as it ends) or a generic one (whose timer
+    keeps the pairs of marks, as on a device)."""
+    if not on_host:
+        return Marks(marks)
+    clock = CpuClock()
+    values = iter(marks)
+    clock.mark = lambda: next(values)  # type: ignore[method-assign]
+    return clock
+
+
+@pytest.mark.parametrize("on_host", [True, False])
+def test_deferred_steps_give_the_records_close_would_have_given(on_host: bool) -> None:
     marks = [0.0, 0.5, 2.0, 3.0, 3.25, 4.0]
-    now = StepTimer(Marks(marks), None, tail_measured=True, distributed=False)
-    later = StepTimer(Marks(marks), None, tail_measured=True, distributed=False)
+    now = StepTimer(_clock(marks, on_host), None, tail_measured=True, distributed=False)
+    later = StepTimer(_clock(marks, on_host), None, tail_measured=True, distributed=False)
     _marked(now, 8)
     first = now.close(3, False, 2.75, 1.5)
     _marked(now, 4)
@@ -136,6 +148,7 @@ def test_deferred_steps_give_the_records_close_would_have_given() -> None:
     records = later.close_deferred()
     strip = lambda r: {k: v for k, v in vars(r).items() if k != "started_at"}  # noqa: E731
     assert [strip(r) for r in records] == [strip(first), strip(second)]
+    assert [r.loss for r in records] == [1.5, 0.25]
     assert later.deferred == [] and later.close_deferred() == []
 
 

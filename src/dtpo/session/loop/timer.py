@@ -137,8 +137,7 @@ class StepTimer:
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
         self.defer(step, end, loss, 1)
-        return self._record(self.deferred.pop(), warmup, loss,
-                            _wall_offset() if self._host else 0.0)  # the offset serves host marks only
+        return self._records([self.deferred.pop()], warmup)[0]
 
     def defer(self, step: int, end: Any, loss: Any, divisor: int) -> None:
         """Keep what the step's record is built from, with its loss (a tensor, read later, or its value), for
@@ -166,38 +165,44 @@ class StepTimer:
     def close_deferred(self) -> list[StepRecord]:
         """The records of the deferred steps, in order, their losses read in one go (measured steps: no warm-up)."""
         deferred, self.deferred = self.deferred, []
-        if not deferred:
-            return []
-        losses = read_losses([marks[2] for marks in deferred])
-        record, offset = self._record, _wall_offset()
-        return [record(marks, False, None if loss is None else loss / marks[3], offset)
-                for marks, loss in zip(deferred, losses, strict=True)]
+        return self._records(deferred, False) if deferred else []
 
-    def _record(self, kept: tuple[Any, ...], warmup: bool, loss: float | None, wall_offset: float) -> StepRecord:
-        """A step's record from what :meth:`defer` keeps of it, its loss's value (the mean over its micro-batches, or
-        ``None``: the kept loss and divisor are not read), and the wall clock's offset from the host clock
-        (:func:`_wall_offset`), which gives a host step's start in wall time."""
-        step, end, _, _, step_start, started_at, data, compute, tail, backward_end, samples = kept
+    def _records(self, kept: list[tuple[Any, ...]], warmup: bool) -> list[StepRecord]:
+        """The records of steps as :meth:`defer` keeps them, in order, each loss read (a tensor's value, divided by
+        the step's micro-batches).
+
+        On the host one loop builds them all (the parts are seconds already; a step's own span, its optimizer's and
+        its start in wall time come from its marks and the wall clock's offset, :func:`_wall_offset`): this runs as a
+        window closes, ten records at once, where a call per record would cost more than the record.
+        """
         distributed = self.distributed
-        if self._host:  # the parts are seconds already; the step's own span and the optimizer's from their marks
-            step_s, optimizer_s = end - step_start, end - backward_end
-            if started_at is None:  # the start's wall time, from its mark (see batch_requested)
-                started_at = step_start + wall_offset
-        else:  # pairs of events, summed in mark order
-            secs = self.clock.seconds
-            data_marks, compute_marks, tail_marks = data, compute, tail
-            data = compute = 0.0
+        alone = None if distributed else 0.0  # with one process comm and sync wait are 0
+        untimed_tail = distributed and not self.tail_measured
+        records = []
+        if self._host:
+            offset = _wall_offset()
+            for step, end, loss, divisor, step_start, started_at, data, compute, tail, backward_end, samples in kept:
+                if loss is not None:
+                    loss = (loss if type(loss) is float else read_loss(loss)) / divisor
+                records.append(StepRecord(step, warmup, samples, end - step_start, data, compute,
+                                          None if untimed_tail else tail, end - backward_end, alone, alone, loss,
+                                          step_start + offset if started_at is None else started_at))
+            return records
+        secs = self.clock.seconds
+        losses = read_losses([marks[2] for marks in kept])  # one copy where they share a device
+        for marks, loss in zip(kept, losses, strict=True):
+            step, end, _, divisor, step_start, started_at, data_marks, compute_marks, tail_marks, backward_end, \
+                samples = marks
+            data = compute = 0.0  # summed in mark order
             for requested, arrived in data_marks:
                 data += secs(requested, arrived)
             for ready, computed in compute_marks:
                 compute += secs(ready, computed)
-            tail = secs(*tail_marks) if tail_marks else 0.0
-            step_s, optimizer_s = secs(step_start, end), secs(backward_end, end)
-        if distributed and not self.tail_measured:
-            tail = None
-        alone = None if distributed else 0.0  # with one process comm and sync wait are 0
-        return StepRecord(step, warmup, samples, step_s, data, compute, tail, optimizer_s, alone, alone, loss,
-                          started_at)
+            tail = None if untimed_tail else secs(*tail_marks) if tail_marks else 0.0
+            records.append(StepRecord(step, warmup, samples, secs(step_start, end), data, compute, tail,
+                                      secs(backward_end, end), alone, alone, None if loss is None else loss / divisor,
+                                      started_at))
+        return records
 
 
 def _wall_offset() -> float:
