@@ -7,7 +7,9 @@ callgrind with its cache simulation on, and collects only inside the stretches o
 counter (:mod:`dtpo.session.loop.bookkeeping`) marks, on every measured step: instructions (Ir), first-level
 instruction and data misses, and misses of a second level sized as this machine's L2 (512 KiB by default: after a
 step's model work the Session's code and data are mostly out of it, which is most of what a step of dtpo costs).
-The simulation is deterministic: two runs of the same code differ by about 1 % (the sampler thread's timing), so a
+The partial record's flush every 30 s of wall time is off (under valgrind, 50 times slower, it would land every few
+dozen steps, where a real run spreads it over thousands). The simulation is deterministic:
+two runs of the same code differ by about 1 % (the sampler thread's timing), so a
 change of a few percent shows in one run, where the CPU-time benchmark needs many.
 
 The collection is switched on and off by callgrind's client requests (a five-line C helper compiled here with the
@@ -55,6 +57,7 @@ def child(helper: str, model: str, steps: int) -> None:
     from overhead import small_model
 
     import dtpo
+    from dtpo.session.callbacks.builtin import FlushCallback
     from dtpo.session.loop.bookkeeping import BookkeepingCounter
 
     lib = ctypes.PyDLL(helper)  # keeps the GIL: a switch is a plain call
@@ -96,6 +99,9 @@ def child(helper: str, model: str, steps: int) -> None:
         session = dtpo.Session(progress=False, summary=False, run_dir=Path(scratch) / "run", flush_every=10**9,
                                energy=dtpo.EnergyConfig(sample_interval_s=0.1), count_flops=False)
         counter = session.bookkeeping = Switching(sample_one_in=1)
+        for callback in session.callbacks:  # no flush every 30 s of wall time: under valgrind that is every few steps
+            if isinstance(callback, FlushCallback):
+                callback.every_s = float("inf")
         net = session.wrap(small_model(layers, width))
         opt = torch.optim.SGD(net.parameters(), lr=0.01)
         rows = 64 if layers > 1 else 4
