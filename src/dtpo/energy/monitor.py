@@ -150,7 +150,8 @@ class Monitor:
                 try:
                     readings[name] = read_between_samples() if extend else read()
                 except DeviceError as exc:
-                    failed = [*(failed or ()), (name, exc)]
+                    failed = failed or []  # made only when a device fails
+                    failed.append((name, exc))
             if failed is not None:
                 self._lose(failed, readings)
         return Snapshot(t, readings)
