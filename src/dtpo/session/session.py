@@ -397,7 +397,11 @@ class Session(StreamProducer):
                 batch = _to_device(batch, device)
             if probe_queue.keep_next:
                 probes.keep(batch)
-            timer.batch_arrived(count_samples(batch))
+            # count_samples' common case written out ((inputs, targets) of tensors: the first one's leading size), a
+            # call less where the caches are cold; anything else goes through it
+            inputs = batch[0] if (type(batch) is tuple or type(batch) is list) and batch else batch
+            shape = inputs.shape if type(inputs) is torch.Tensor else None
+            timer.batch_arrived(int(shape[0]) if shape else count_samples(batch))
             if micro_contexts:
                 accum = switches.grad_accum
                 micro_steps.enter(self._model, accum, self._micro == accum - 1,
@@ -434,7 +438,9 @@ class Session(StreamProducer):
         # on the host the value of a step's only loss is read before backward: it is ready, and the read costs less
         # here than after backward, which leaves the caches cold (about 10 us less a step under DDP on a small CPU
         # machine, benchmarks/overhead.py's model)
-        value = read_loss(loss) if accum == 1 and self._on_host else None
+        value = loss.tolist() if accum == 1 and self._on_host else None  # read_loss's float32 case written out
+        if value is not None and (type(value) is not float or loss.dtype is not torch.float32):
+            value = read_loss(loss)
         try:
             scaled = loss / accum if accum > 1 else loss
             if self.batch_shares is not None:

@@ -145,11 +145,12 @@ def test_deferred_steps_give_the_records_close_would_have_given(on_host: bool) -
     _marked(later, 4)
     later.defer(4, 4.5, torch.tensor(0.25), 1)
     assert later.step_start is None and later.samples == 0 and len(later.deferred) == 2
-    records = later.close_deferred()
+    records, diverged = later.close_deferred()
+    assert diverged is None
     strip = lambda r: {k: v for k, v in vars(r).items() if k != "started_at"}  # noqa: E731
     assert [strip(r) for r in records] == [strip(first), strip(second)]
     assert [r.loss for r in records] == [1.5, 0.25]
-    assert later.deferred == [] and later.close_deferred() == []
+    assert later.deferred == [] and later.close_deferred() == ([], None)
 
 
 def test_read_losses_reads_float32_as_it_is_and_other_dtypes_through_float32() -> None:
@@ -174,3 +175,33 @@ def test_read_losses_keeps_values_read_already_in_their_places() -> None:
     """On the host a step's loss is read as backward returns; with accumulation it stays a tensor."""
     assert timer_module.read_losses([0.25, torch.tensor(1.5), None, 3.0]) == [0.25, 1.5, None, 3.0]
     assert timer_module.read_losses([0.25, None]) == [0.25, None]
+
+
+@pytest.mark.parametrize("on_host", [True, False])
+@pytest.mark.parametrize(("losses", "first_bad"), [
+    ([1.0, float("nan"), float("inf")], 1),
+    ([1.0, 2.0, float("-inf")], 2),
+    ([1e308, 1e308, 1.0], None),  # finite losses whose sum overflows: none diverged
+    ([1.0, None, 3.0], None),
+])
+def test_close_deferred_finds_the_first_loss_that_is_not_finite(on_host: bool, losses: list[float | None],
+                                                                  first_bad: int | None) -> None:
+    timer = StepTimer(_clock([0.0, 0.5, 2.0, 3.0] * len(losses), on_host), None, tail_measured=True,
+                      distributed=False)
+    for step, loss in enumerate(losses):
+        _marked(timer, 4)
+        timer.defer(step, 4.0, loss, 1)  # values read already (a tensor's would be float32's: 1e308 is inf there)
+    records, diverged = timer.close_deferred()
+    assert diverged == first_bad
+    assert [r.step for r in records] == list(range(len(losses)))
+
+
+def test_a_step_closed_at_once_leaves_the_deferred_steps_waiting() -> None:
+    timer = StepTimer(_clock([0.0, 0.5, 2.0, 3.0] * 2, True), None, tail_measured=True, distributed=False)
+    _marked(timer, 4)
+    timer.defer(0, 4.0, 1.0, 1)
+    _marked(timer, 4)
+    record = timer.close(1, True, 4.0, 2.0)
+    assert record.step == 1 and record.warmup and record.loss == 2.0
+    records, _ = timer.close_deferred()
+    assert [(r.step, r.warmup, r.loss) for r in records] == [(0, False, 1.0)]

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from dtpo.session.loop.divergence import DivergedError, check_loss, first_diverged
+from dtpo.session.loop.divergence import DivergedError, check_loss
 from dtpo.session.loop.timer import StepTimer, read_loss
 from dtpo.session.stream_run import StreamRun
 
@@ -73,10 +73,9 @@ class StepEnds:
             DivergedError: A waiting step's loss is NaN or infinite (the steps after it are dropped, as if the run
                 had stopped there).
         """
-        records = self.timer.close_deferred()
+        records, bad = self.timer.close_deferred()
         if not records:
             return
-        bad = first_diverged(records)
         good = records if bad is None else records[:bad]
         steps = self.run.lifecycle.rank.steps
         steps.extend(good)
@@ -84,5 +83,5 @@ class StepEnds:
         if bad is not None:  # in the record, not handed over, and the run stops there
             last = records[bad]
             steps.append(last)
-            assert last.loss is not None  # first_diverged found it NaN or infinite
+            assert last.loss is not None  # found NaN or infinite
             raise DivergedError(last.step, last.loss, self.rank)

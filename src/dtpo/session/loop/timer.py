@@ -19,6 +19,7 @@ work.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Protocol
 
@@ -26,6 +27,7 @@ import torch
 
 from dtpo.core.record import StepRecord
 from dtpo.session.loop.clock import CpuClock, CudaClock
+from dtpo.session.loop.divergence import first_diverged
 
 
 class ReadyStamps(Protocol):
@@ -136,8 +138,11 @@ class StepTimer:
 
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
+        waiting, self.deferred = self.deferred, []  # steps deferred before it stay deferred
         self.defer(step, end, loss, 1)
-        return self._records([self.deferred.pop()], warmup)[0]
+        record = self.close_deferred(warmup)[0][0]
+        self.deferred = waiting
+        return record
 
     def defer(self, step: int, end: Any, loss: Any, divisor: int) -> None:
         """Keep what the step's record is built from, with its loss (a tensor, read later, or its value), for
@@ -162,32 +167,35 @@ class StepTimer:
         self.backward_done = False
         self.samples = 0
 
-    def close_deferred(self) -> list[StepRecord]:
-        """The records of the deferred steps, in order, their losses read in one go (measured steps: no warm-up)."""
-        deferred, self.deferred = self.deferred, []
-        return self._records(deferred, False) if deferred else []
-
-    def _records(self, kept: list[tuple[Any, ...]], warmup: bool) -> list[StepRecord]:
-        """The records of steps as :meth:`defer` keeps them, in order, each loss read (a tensor's value, divided by
-        the step's micro-batches).
+    def close_deferred(self, warmup: bool = False) -> tuple[list[StepRecord], int | None]:
+        """The records of the deferred steps, in order, each loss read (a tensor's value, divided by the step's
+        micro-batches; the device's losses in one go), and the index of the first whose loss is NaN or infinite
+        (``None`` when none).
 
         On the host one loop builds them all (the parts are seconds already; a step's own span, its optimizer's and
-        its start in wall time come from its marks and the wall clock's offset, :func:`_wall_offset`): this runs as a
-        window closes, ten records at once, where a call per record would cost more than the record.
+        its start in wall time come from its marks and the wall clock's offset), and the losses' sum says whether
+        any is not finite: this runs as a window closes, ten records at once, where a call per record, or a second
+        pass over them, would cost more than the record.
+
+        Args:
+            warmup: The steps are warm-up steps (a step closed at once, :meth:`close`).
         """
+        kept, self.deferred = self.deferred, []
         distributed = self.distributed
         alone = None if distributed else 0.0  # with one process comm and sync wait are 0
         untimed_tail = distributed and not self.tail_measured
         records = []
         if self._host:
-            offset = _wall_offset()
+            offset = time.time() - time.perf_counter()  # the wall clock less the host clock's, now
+            total = 0.0  # finite only when every loss is (or, rarely, not when finite ones overflow: looked at then)
             for step, end, loss, divisor, step_start, started_at, data, compute, tail, backward_end, samples in kept:
                 if loss is not None:
                     loss = (loss if type(loss) is float else read_loss(loss)) / divisor
+                    total += loss
                 records.append(StepRecord(step, warmup, samples, end - step_start, data, compute,
                                           None if untimed_tail else tail, end - backward_end, alone, alone, loss,
                                           step_start + offset if started_at is None else started_at))
-            return records
+            return records, None if math.isfinite(total) else first_diverged(records)
         secs = self.clock.seconds
         losses = read_losses([marks[2] for marks in kept])  # one copy where they share a device
         for marks, loss in zip(kept, losses, strict=True):
@@ -202,12 +210,7 @@ class StepTimer:
             records.append(StepRecord(step, warmup, samples, secs(step_start, end), data, compute, tail,
                                       secs(backward_end, end), alone, alone, None if loss is None else loss / divisor,
                                       started_at))
-        return records
-
-
-def _wall_offset() -> float:
-    """Unix time less the host clock's (``time.perf_counter``) reading now."""
-    return time.time() - time.perf_counter()
+        return records, first_diverged(records)
 
 
 def read_losses(losses: list[Any]) -> list[float | None]:
