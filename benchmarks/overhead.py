@@ -173,7 +173,7 @@ def bookkeeping_of(layers: int, width: int, args: argparse.Namespace, run_dir: P
             session.backward(F.cross_entropy(model(bx), by))
             session.step(opt)
         cpu = (cpu_seconds() - c0) / n
-        bias = (counter.stretches - stretches0) * counter.empty_stretch_ns  # the counter's own reads (calibrated)
+        bias = (counter.stretches - stretches0) * counter.empty_stretch_ns  # the counter's own reads, by place
         return (counter.total_ns - ns0, bias, counter.steps - steps0), cpu
 
     plain_block(args.block_steps), dtpo_block(args.block_steps)  # the warm-up steps, then counting starts over

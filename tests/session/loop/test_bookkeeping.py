@@ -62,10 +62,13 @@ def test_one_step_in_four_is_counted_whatever_the_period_of_a_kind_of_step(perio
     for phase in range(period):  # e.g. the window ends: every 10th step from some first one
         steps = range(phase, phase + period * 4000, period)
         counted = 0
+        calibrating = 0
         for step in steps:
             counter.begin_step(step)
-            counted += counter.counting
+            counted += counter.counting and not counter.calibrating
+            calibrating += counter.calibrating
         assert counted / len(steps) == pytest.approx(0.25, abs=0.02)
+        assert calibrating / len(steps) == pytest.approx(0.25, abs=0.02)  # never a counted one
 
 
 def test_a_step_neither_counted_nor_calibrating_reads_no_clock() -> None:
@@ -81,9 +84,9 @@ def test_a_step_neither_counted_nor_calibrating_reads_no_clock() -> None:
     for step in range(400):
         before = reads
         counter.begin_step(step)
-        counted += counter.counting
-        calibrating += not counter.counting and reads > before
-        assert reads - before == (1 if counter.counting else 0 if reads == before else 2)
+        counted += counter.counting and not counter.calibrating
+        calibrating += counter.calibrating
+        assert reads - before == (2 if counter.calibrating else 1 if counter.counting else 0)
     # begin_step opens a stretch on counted steps, times an empty one on calibrating steps, and reads nothing else
     assert 0 < counted < 400 and calibrating == pytest.approx(100, abs=8) and reads == counted + 2 * calibrating
 
@@ -127,3 +130,44 @@ def test_counting_every_step_leaves_none_to_calibrate_on_and_takes_nothing_off()
 def test_a_sample_rate_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="sample_one_in"):
         BookkeepingCounter(FakeClock(), sample_one_in=0)
+
+
+class ColdAfterIdleClock(FakeClock):
+    """A read costs more the longer since the last one (a colder kernel), half before the clock is sampled and half
+    after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = 0
+
+    def __call__(self) -> int:
+        idle = self.now - self.last
+        cost = 120 if idle >= 2000 else 80 if idle >= 500 else 40
+        self.now += cost // 2
+        sampled = self.now
+        self.now += cost // 2
+        self.last = self.now
+        return sampled
+
+
+def test_each_place_in_a_step_takes_off_its_own_calibration() -> None:
+    clock = ColdAfterIdleClock()
+    counter = BookkeepingCounter(clock)
+    for step in range(4000):  # a stretch after 3000 ns between steps, the user's work (1000 ns), another stretch
+        counter.begin_step(step)
+        if counter.counting:
+            clock.now += 100
+            counter.leave()
+            clock.now += 1000
+            counter.enter()
+            clock.now += 200
+            counter.leave()
+            counter.step_done()
+        clock.now += 3000
+    # the first read of each stretch returns from a cold kernel (after 3000 ns between steps: 60 of its 120 inside;
+    # after the user's 1000 ns: 40 of 80), the second from a warm one (20 of 40)
+    assert counter.empty_stretch_at(0) == 60 + 20 and counter.empty_stretch_at(1) == 40 + 20
+    # (step 0, counted, had no read before it: warm)
+    assert counter.raw_seconds_per_step == pytest.approx((300 + 80 + 60) / 1e9, rel=1e-3)
+    assert counter.seconds_per_step == pytest.approx(300 / 1e9, rel=1e-3)  # one figure for both would be 20 ns off
+    assert counter.empty_stretch_ns == 70

@@ -42,13 +42,18 @@ whatever their period) in proportion; :attr:`BookkeepingCounter.raw_seconds_per_
 
 Each stretch still holds part of the counter's own two reads: what the first does after it sampled the clock (the
 return from the kernel, the integer it builds) and what the second does before it samples it. With the caches cold
-that is 1.4-2.7 us a stretch here (8-16 us of a counted step's six stretches, more after a DDP step), and none of
-it is the Session's. So, as a profiler calibrates its own cost (:meth:`profile.Profile.calibrate`), the counter
-measures it in place: on another step in :data:`SAMPLE_ONE_IN` (the next slice of the same hash, so never a
-counted one), where a counted step's first stretch would start, it reads the clock twice in a row: an empty
-stretch, under the same conditions. :attr:`BookkeepingCounter.seconds_per_step` is the raw mean less the median
-empty stretch (over the latest :data:`CALIBRATION_SAMPLES`) for each stretch counted, and
+that is 1.2-3.7 us a stretch here, and none of it is the Session's. So, as a profiler calibrates its own cost
+(:meth:`profile.Profile.calibrate`), the counter measures it in place: on another step in :data:`SAMPLE_ONE_IN`
+(the next slice of the same hash, so never a counted one) :attr:`BookkeepingCounter.calibrating` is set, the Session
+calls it at the same places as on a counted step, and where each stretch would start it reads the clock twice in a
+row instead: an empty stretch, under the same conditions. The share differs by place: the first read after the
+model's work, or after a step with no reads, returns from a colder kernel than one that follows a read by a few
+microseconds (medians of 2.3-3.7 us against 1.2-1.6 us here), so each stretch's place (its index in the step) has
+its own calibration. :attr:`BookkeepingCounter.seconds_per_step` is the raw mean less, for each stretch counted,
+the median empty stretch at its place (over the latest :data:`CALIBRATION_SAMPLES` there), and
 :attr:`BookkeepingCounter.bias_seconds_per_step` what was taken off; both figures go to the benchmark's table.
+(Taking one place's median off every stretch, as this counter did first, took off 3 us a step too much for
+Linear(8, 4) and 6 us for 32 x Linear(8, 8): its place, a step's start, is one of the cold ones.)
 """
 
 from __future__ import annotations
@@ -58,7 +63,8 @@ import time
 from collections.abc import Callable
 
 SAMPLE_ONE_IN = 4  # steps per counted step
-CALIBRATION_SAMPLES = 256  # the latest empty stretches the counter's own cost is the median of
+CALIBRATION_SAMPLES = 256  # the latest empty stretches at a place the counter's own cost there is the median of
+PLACES = 16  # the places in a step calibrated apart (later stretches, with many micro-batches, share the last)
 _GOLDEN = 0x9E3779B9  # 2**32 / the golden ratio: Fibonacci hashing spreads any arithmetic progression of steps
 
 
@@ -66,31 +72,40 @@ class BookkeepingCounter:
     """Sums the CPU time of the stretches of dtpo code on counted steps, and counts those steps.
 
     The Session calls :meth:`begin_step` as each step begins (which opens the step's first stretch when it is
-    counted, or times an empty stretch on a calibrating step), then, while :attr:`counting`, :meth:`leave` and
-    :meth:`enter` around the user's work and :meth:`step_done` as the step ends (it checks :attr:`counting` itself,
-    so a step not counted costs no call).
+    counted), then, while :attr:`counting`, :meth:`leave` and :meth:`enter` around the user's work and
+    :meth:`step_done` as the step ends (it checks :attr:`counting` itself, so a step not counted costs no call). On a
+    calibrating step :attr:`counting` is set as well, and the same calls time an empty stretch where each stretch
+    would start (:attr:`calibrating`).
 
     Args:
         clock: Nanoseconds of this thread's CPU time (``time.thread_time_ns``; tests pass their own).
         sample_one_in: Count one step in this many (1 counts every step, and leaves no step to calibrate on: the
             counter's own cost is then not taken off).
+
+    Attributes:
+        counting: The Session calls :meth:`enter`, :meth:`leave` and :meth:`step_done` on this step (it is counted,
+            or calibrating).
+        calibrating: This step times the counter's own reads where each stretch would start, and counts nothing.
     """
 
-    __slots__ = ("clock", "sample_one_in", "counting", "total_ns", "steps", "stretches", "_since", "_empty",
-                 "_calibrations")
+    __slots__ = ("clock", "sample_one_in", "counting", "calibrating", "total_ns", "steps", "stretches", "_since",
+                 "_place", "_counted_at", "_empty", "_calibrations")
 
     def __init__(self, clock: Callable[[], int] = time.thread_time_ns, sample_one_in: int = SAMPLE_ONE_IN) -> None:
         if sample_one_in < 1:
             raise ValueError(f"sample_one_in must be >= 1, got {sample_one_in}")
         self.clock = clock
         self.sample_one_in = sample_one_in
-        self.counting = False  # whether the current step is counted
+        self.counting = False
+        self.calibrating = False
         self.total_ns = 0  # dtpo's CPU time on the counted steps, the counter's own share included
         self.steps = 0  # counted steps closed
         self.stretches = 0  # stretches closed on counted steps
         self._since = 0  # where the open stretch started
-        self._empty = [0] * CALIBRATION_SAMPLES  # the latest empty stretches, a ring
-        self._calibrations = 0  # empty stretches timed
+        self._place = 0  # the open (or next) stretch's index in the step
+        self._counted_at = [0] * PLACES  # stretches counted at each place
+        self._empty = [[0] * CALIBRATION_SAMPLES for _ in range(PLACES)]  # the latest empty stretches at each place
+        self._calibrations = [0] * PLACES  # empty stretches timed at each place
 
     def begin_step(self, step: int, warmup: bool = False) -> None:
         """Step ``step`` begins, and with it a stretch of dtpo code when the step is counted (:meth:`enter`).
@@ -102,33 +117,64 @@ class BookkeepingCounter:
         # the step's place among 2**32 by a multiplicative hash: counted in the lowest 1/sample_one_in of them, and
         # calibrating on the next 1/sample_one_in
         quarter = ((step * _GOLDEN) & 0xFFFFFFFF) * self.sample_one_in >> 32
-        self.counting = counting = quarter == 0 and not warmup
-        if counting:
+        counted = quarter == 0 and not warmup
+        self.calibrating = calibrating = quarter == 1 and not warmup
+        self.counting = counted or calibrating
+        self._place = 0
+        if counted:
             self._since = self.clock()
-        elif quarter == 1 and not warmup:
-            clock = self.clock
-            first = clock()
-            self._empty[self._calibrations % CALIBRATION_SAMPLES] = clock() - first
-            self._calibrations += 1
+        elif calibrating:
+            self._calibrate()
 
     def enter(self) -> None:
-        """A stretch of dtpo code starts."""
-        self._since = self.clock()
+        """A stretch of dtpo code starts (on a calibrating step: an empty stretch is timed here)."""
+        if self.calibrating:
+            self._calibrate()
+        else:
+            self._since = self.clock()
 
     def leave(self) -> None:
         """The open stretch of dtpo code ends: add its CPU time."""
+        if self.calibrating:
+            self._place += 1
+            return
         self.total_ns += self.clock() - self._since
         self.stretches += 1
+        place = self._place
+        self._counted_at[place if place < PLACES else PLACES - 1] += 1
+        self._place = place + 1
 
     def step_done(self) -> None:
         """A counted step ended."""
-        self.steps += 1
+        if not self.calibrating:
+            self.steps += 1
+
+    def _calibrate(self) -> None:
+        """Time an empty stretch (two reads in a row) at the current place."""
+        clock = self.clock
+        first = clock()
+        empty = clock() - first
+        place = min(self._place, PLACES - 1)
+        self._empty[place][self._calibrations[place] % CALIBRATION_SAMPLES] = empty
+        self._calibrations[place] += 1
+
+    def empty_stretch_at(self, place: int) -> float:
+        """The counter's own share of a stretch at ``place`` (its index in the step): the median empty stretch timed
+        there (0 before any was)."""
+        place = min(place, PLACES - 1)
+        n = min(self._calibrations[place], CALIBRATION_SAMPLES)
+        return statistics.median(self._empty[place][:n]) if n else 0.0
+
+    @property
+    def bias_ns(self) -> float:
+        """The counter's own share of :attr:`total_ns`: for each stretch counted, the median empty stretch at its
+        place."""
+        return sum(count * self.empty_stretch_at(place) for place, count in enumerate(self._counted_at) if count)
 
     @property
     def empty_stretch_ns(self) -> float:
-        """The counter's own share of a stretch: the median empty stretch (0 before any was timed)."""
-        n = min(self._calibrations, CALIBRATION_SAMPLES)
-        return statistics.median(self._empty[:n]) if n else 0.0
+        """The counter's own share of a counted stretch, on average over the stretches counted (0 before any)."""
+        return self.bias_ns / self.stretches if self.stretches else 0.0
 
     @property
     def raw_seconds_per_step(self) -> float | None:
@@ -138,12 +184,12 @@ class BookkeepingCounter:
 
     @property
     def bias_seconds_per_step(self) -> float | None:
-        """The counter's own share of :attr:`raw_seconds_per_step`: the median empty stretch for each stretch."""
-        return self.stretches * self.empty_stretch_ns / self.steps / 1e9 if self.steps else None
+        """The counter's own share of :attr:`raw_seconds_per_step`."""
+        return self.bias_ns / self.steps / 1e9 if self.steps else None
 
     @property
     def seconds_per_step(self) -> float | None:
         """dtpo's mean CPU seconds per counted step, the counter's own share taken off; ``None`` before the first."""
         if not self.steps:
             return None
-        return max(self.total_ns - self.stretches * self.empty_stretch_ns, 0.0) / self.steps / 1e9
+        return max(self.total_ns - self.bias_ns, 0.0) / self.steps / 1e9
