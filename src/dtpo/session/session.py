@@ -514,8 +514,14 @@ class Session(StreamProducer):
         self._step = step + 1
         self._micro = 0
         first_measured = start + self._warmup_steps
-        self._step_ends.close(step, step < first_measured, end, summed, self._switches.grad_accum,
-                              step > first_measured)  # may wait: a measured step after the first
+        stream = self._run.stream
+        if step > first_measured and not stream.live_step_end:  # its record waits for its window (StepEnds)
+            timer = self.timer
+            timer.defer(step, end, summed, self._switches.grad_accum)
+            if stream.open_steps + len(timer.deferred) >= stream.window_steps:
+                self._step_ends.settle()
+        else:
+            self._step_ends.close(step, step < first_measured, end, summed, self._switches.grad_accum)
         if self._saves_when_due:
             self.checkpoints.after_step(self)
         if counting:

@@ -34,32 +34,52 @@ def _ends(live: bool, window_steps: int = 3) -> tuple[StepEnds, Seen, list[Any]]
     return StepEnds(StepTimer(CpuClock(), None, True, False), run, 0), seen, steps  # type: ignore[arg-type]
 
 
-def _end(ends: StepEnds, step: int, loss: float) -> None:
+def _marked(ends: StepEnds, step: int) -> None:
     ends.run.stream.step_begin(step)
     timer = ends.timer
     timer.batch_requested(True)
     timer.batch_arrived(4)
     timer.backward_starting()
     timer.backward_finished(True)
-    ends.close(step, False, CpuClock.mark(), torch.tensor(loss), 1, may_wait=step > 0)
 
 
-def test_records_wait_for_their_window_unless_a_callback_wants_each() -> None:
-    ends, seen, steps = _ends(live=False)
-    for step in range(3):
-        _end(ends, step, 0.5)
-        assert seen.steps == ([0] if step < 2 else [0, 1, 2])  # the first at once, the window's when it fills
-    assert [s.loss for s in steps] == [0.5, 0.5, 0.5]
-    live, seen_live, _ = _ends(live=True)
-    for step in range(2):
-        _end(live, step, 0.5)
-    assert seen_live.steps == [0, 1]
+def _now(ends: StepEnds, step: int, loss: float) -> None:
+    """A step handed over as it ends."""
+    _marked(ends, step)
+    ends.close(step, False, CpuClock.mark(), torch.tensor(loss), 1)
+
+
+def _waits(ends: StepEnds, step: int, loss: float) -> None:
+    """A step whose record waits (what Session.step leaves with the timer)."""
+    _marked(ends, step)
+    ends.timer.defer(step, CpuClock.mark(), torch.tensor(loss), 1)
+
+
+def test_waiting_steps_are_handed_over_in_order_and_fill_their_window() -> None:
+    ends, seen, steps = _ends(live=False, window_steps=3)
+    _now(ends, 0, 0.5)
+    assert seen.steps == [0] and [s.step for s in steps] == [0]
+    for step in (1, 2):
+        _waits(ends, step, 0.25)
+    assert seen.steps == [0] and len(steps) == 1  # nothing handed over yet
+    ends.settle()
+    assert seen.steps == [0, 1, 2] and [s.loss for s in steps] == [0.5, 0.25, 0.25]
+    assert ends.run.stream.windows == 1 and ends.run.stream.open_steps == 0  # the window closed
+
+
+def test_a_step_handed_over_at_once_brings_the_waiting_ones_first() -> None:
+    ends, seen, steps = _ends(live=False, window_steps=10)
+    _now(ends, 0, 1.0)
+    _waits(ends, 1, 1.0)
+    _now(ends, 2, 1.0)  # a callback that wants each step came in mid-window
+    assert seen.steps == [0, 1, 2] and [s.step for s in steps] == [0, 1, 2]
 
 
 def test_a_waiting_step_that_diverged_raises_at_settling_and_drops_the_steps_after_it() -> None:
     ends, _, steps = _ends(live=False, window_steps=100)
-    for step, loss in enumerate([1.0, 1.0, math.nan, 1.0]):
-        _end(ends, step, loss)
+    _now(ends, 0, 1.0)
+    for step, loss in enumerate([1.0, math.nan, 1.0], start=1):
+        _waits(ends, step, loss)
     with pytest.raises(DivergedError, match="step 2"):
         ends.settle()
     assert [s.step for s in steps] == [0, 1, 2]
@@ -69,10 +89,11 @@ def test_a_waiting_step_that_diverged_raises_at_settling_and_drops_the_steps_aft
 @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
 def test_a_waiting_step_that_diverged_mid_window_hands_over_the_steps_before_it(bad: float) -> None:
     ends, seen, steps = _ends(live=False, window_steps=4)
-    for step in range(3):  # step 0 is handed over at once; steps 1 and 2 wait for the window
-        _end(ends, step, 1.0)
+    _now(ends, 0, 1.0)
+    for step, loss in ((1, 1.0), (2, 1.0), (3, bad)):
+        _waits(ends, step, loss)
     with pytest.raises(DivergedError, match="step 3"):
-        _end(ends, 3, bad)  # the window fills: its steps are settled
+        ends.settle()  # the window is full: its steps are settled
     assert seen.steps == [0, 1, 2]  # the steps before the bad one reached the callbacks; it did not
     assert [s.step for s in steps] == [0, 1, 2, 3]  # and it is in the record
     assert not math.isfinite(steps[-1].loss)

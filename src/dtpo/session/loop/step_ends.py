@@ -3,11 +3,13 @@ the step stream, as the step ends or together with its window.
 
 Where no callback wants each step's record as the step ends (:attr:`~dtpo.core.callbacks.Callback.live_step_end`),
 a measured step after the first only leaves its marks and its loss (a tensor, or on the host its value) with the
-timer, and the window's records are built, their losses read and checked, and the callbacks told together as the
-window closes. Right after the model's work the caches are cold, and building a record there (reading the loss, the
-record itself, its checks and dispatch) cost about as much as all the rest of the Session's step under DDP; built
-together, all but the first run warm. The warm-up steps and the first measured one are always handed over as they
-end.
+timer (:meth:`~dtpo.session.loop.timer.StepTimer.defer`, which :meth:`~dtpo.session.session.Session.step` calls
+itself, then :meth:`StepEnds.settle` once the window is full: a call less where the caches are cold), and the
+window's records are built, their losses read and checked, and the callbacks told together as the window closes.
+Right after the model's work the caches are cold, and building a record there (reading the loss, the record itself,
+its checks and dispatch) cost about as much as all the rest of the Session's step under DDP; built together, all
+but the first run warm. The warm-up steps and the first measured one are always handed over as they end
+(:meth:`StepEnds.close`).
 """
 
 from __future__ import annotations
@@ -36,9 +38,8 @@ class StepEnds:
         self.stream = run.stream  # read at every step's end: one object less to reach
         self.rank = rank
 
-    def close(self, step: int, warmup: bool, end: Any, loss: torch.Tensor | float | None, divisor: int,
-              may_wait: bool) -> None:
-        """Step ``step`` ended at mark ``end``.
+    def close(self, step: int, warmup: bool, end: Any, loss: torch.Tensor | float | None, divisor: int) -> None:
+        """Step ``step`` ended at mark ``end``: hand its record over now (the steps that wait first).
 
         Args:
             step: The step's index.
@@ -47,24 +48,18 @@ class StepEnds:
             loss: The sum of its micro-batches' detached losses (or its loss's value, read on the host), ``None``
                 without one.
             divisor: What divides ``loss`` into the step's mean (its micro-batches).
-            may_wait: Its record may wait for the window's end (a measured step after the first).
 
         Raises:
             DivergedError: This step's loss, or a waiting one's, is NaN or infinite.
         """
-        timer, stream = self.timer, self.stream
-        if may_wait and not stream.live_step_end:
-            timer.defer(step, end, loss, divisor)
-            if stream.open_steps + len(timer.deferred) >= stream.window_steps:
-                self.settle()
-            return
+        timer = self.timer
         if timer.deferred:  # a callback that wants each step came in mid-window
             self.settle()
         value = None if loss is None else (loss if isinstance(loss, float) else read_loss(loss)) / divisor
         record = timer.close(step, warmup, end, value)
         self.run.lifecycle.rank.steps.append(record)
         check_loss(value, step, self.rank)
-        stream.step_end(record)
+        self.stream.step_end(record)
 
     def settle(self) -> None:
         """Build the records of the steps that wait, read their losses, and hand them over in step order.
