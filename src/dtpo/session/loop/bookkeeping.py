@@ -28,17 +28,20 @@ tensor, and the window's records are built, their losses read and the callbacks 
 (:meth:`~dtpo.session.session.Session.settle_steps`): under DDP that halved what the step's end costs.
 A Python call or a property costs as much as a few objects there (counted with ``benchmarks/overhead_instructions.py``,
 which runs this path under a cache simulator: a step's end went from 19 to 13 thousand estimated cycles when its
-five calls became two), so the step's end is written out in :meth:`~dtpo.session.session.Session.step`, the timer sums
-each part's seconds as it ends on the host rather than keeping pairs of marks, and the Session skips the step
-stream's ``step_begin`` when no callback listens to it. What is left is mostly two reads from torch, each about a
-fifth of the path: the batch's size (``count_samples``) and the loss's value (``read_loss``); ``len``,
-``size(0)`` and ``item`` cost more than the ``shape`` and ``tolist`` used.
+five calls became two), so the step's end is written out in :meth:`~dtpo.session.session.Session.step` (a step
+whose record waits is handed to the timer there), the timer sums each part's seconds as it ends on the host rather
+than keeping pairs of marks, the Session skips the step stream's ``step_begin`` when no callback listens to it, and
+the common cases of the two reads from torch that are left, each about a fifth of the path, are written out where
+they run: the batch's size (``count_samples``: the leading size of a tuple's first tensor) and the loss's value
+(``read_loss``: a float32 loss's ``tolist``); ``len``, ``size(0)`` and ``item`` cost more than the ``shape`` and
+``tolist`` used. A window's end builds its records in one loop that also tells whether any loss is not finite.
 
-Reading the thread's CPU clock is a system call (about 0.3 us in a tight loop here, nearer 0.8 us between
-the steps' own work), and a step has six stretches: reading it around all of them on every step would cost about
-a third of what it measures. So the counter reads it on one step in :data:`SAMPLE_ONE_IN`, chosen by a
-multiplicative hash of the step's index, which meets every kind of step (window ends, flushes, checkpoints,
-whatever their period) in proportion; :attr:`BookkeepingCounter.raw_seconds_per_step` is the mean over those steps.
+Reading the thread's CPU clock is a system call (about 0.3 us in a tight loop here, nearer 0.8 us between the steps'
+own work), and a step has six stretches: reading it around all of them on every step would cost about a third of
+what it measures. So the counter reads it on one step in :data:`SAMPLE_ONE_IN` (and on another, to calibrate itself,
+below), chosen by a multiplicative hash of the step's index, which meets every kind of step (window ends, flushes,
+checkpoints, whatever their period) in proportion; :attr:`BookkeepingCounter.raw_seconds_per_step` is the mean over
+those steps.
 
 Each stretch still holds part of the counter's own two reads: what the first does after it sampled the clock (the
 return from the kernel, the integer it builds) and what the second does before it samples it. With the caches cold
