@@ -125,12 +125,7 @@ class StepStream:
                         time_s=sum(times), samples=sum([s.samples for s in steps]),
                         step_time_s=times[len(times) // 2], settings=self.settings())
         self.windows += 1
-        listeners = self._listeners.get("on_window_end")  # dispatch("on_window_end", window), written out
-        if listeners is None or self._listeners_of is not self.callbacks or len(self.callbacks) != self.listened:
-            listeners = self._refresh()["on_window_end"]
-        host = self.host
-        for method in listeners:
-            method(host, window)
+        self.dispatch("on_window_end", window)
 
     def rank_end(self, rank_record: RankRecord) -> None:
         """The rank stops: every callback adds to its record; one that fails costs a warning, not the record."""

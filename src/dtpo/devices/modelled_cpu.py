@@ -237,16 +237,9 @@ class ModelledCpu(Device):
         takes its energy from the last one (reading ``/proc/stat`` there cost 100 us with the caches cold after a
         DDP step). Before the first interval's power is known the CPU times are read."""
         with self._lock:
-            power = self._last_power
-            if self._closed or power is None:
-                return self._energy if self._closed else self._read()
-            # _extend written out: this runs at every window's end, with the caches cold, where a call costs
-            now = self._clock()
-            dt = now - self._last_t
-            if dt > 0:
-                self._energy += power * dt
-                self._last_t = now
-            return self._energy
+            if self._closed:
+                return self._energy
+            return self._read() if self._last_power is None else self._extend(self._clock())
 
     def _extend(self, now: float) -> float:
         """The energy grown at the last interval's power up to ``now`` (the lock held)."""

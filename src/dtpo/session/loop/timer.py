@@ -138,11 +138,8 @@ class StepTimer:
 
     def close(self, step: int, warmup: bool, end: Any, loss: float | None) -> StepRecord:
         """The step's breakdown (call after the clock settled), then reset for the next step."""
-        waiting, self.deferred = self.deferred, []  # steps deferred before it stay deferred
         self.defer(step, end, loss, 1)
-        record = self.close_deferred(warmup)[0][0]
-        self.deferred = waiting
-        return record
+        return self._records([self.deferred.pop()], warmup)[0][0]
 
     def defer(self, step: int, end: Any, loss: Any, divisor: int) -> None:
         """Keep what the step's record is built from, with its loss (a tensor, read later, or its value), for
@@ -167,26 +164,27 @@ class StepTimer:
         self.backward_done = False
         self.samples = 0
 
-    def close_deferred(self, warmup: bool = False) -> tuple[list[StepRecord], int | None]:
-        """The records of the deferred steps, in order, each loss read (a tensor's value, divided by the step's
-        micro-batches; the device's losses in one go), and the index of the first whose loss is NaN or infinite
-        (``None`` when none).
+    def close_deferred(self) -> tuple[list[StepRecord], int | None]:
+        """The records of the deferred steps, in order, their losses read in one go (measured steps: no warm-up), and
+        the index of the first whose loss is NaN or infinite (``None`` when none)."""
+        deferred, self.deferred = self.deferred, []
+        return self._records(deferred, False) if deferred else ([], None)
+
+    def _records(self, kept: list[tuple[Any, ...]], warmup: bool) -> tuple[list[StepRecord], int | None]:
+        """The records of steps as :meth:`defer` keeps them, in order, each loss read (a tensor's value, divided by
+        the step's micro-batches), and the index of the first whose loss is NaN or infinite (``None`` when none).
 
         On the host one loop builds them all (the parts are seconds already; a step's own span, its optimizer's and
-        its start in wall time come from its marks and the wall clock's offset), and the losses' sum says whether
-        any is not finite: this runs as a window closes, ten records at once, where a call per record, or a second
-        pass over them, would cost more than the record.
-
-        Args:
-            warmup: The steps are warm-up steps (a step closed at once, :meth:`close`).
+        its start in wall time come from its marks and the wall clock's offset, :func:`_wall_offset`), and the
+        losses' sum says whether any is not finite: this runs as a window closes, ten records at once, where a call
+        per record, or a second pass over them, would cost more than the record.
         """
-        kept, self.deferred = self.deferred, []
         distributed = self.distributed
         alone = None if distributed else 0.0  # with one process comm and sync wait are 0
         untimed_tail = distributed and not self.tail_measured
         records = []
         if self._host:
-            offset = time.time() - time.perf_counter()  # the wall clock less the host clock's, now
+            offset = _wall_offset()
             total = 0.0  # finite only when every loss is (or, rarely, not when finite ones overflow: looked at then)
             for step, end, loss, divisor, step_start, started_at, data, compute, tail, backward_end, samples in kept:
                 if loss is not None:
@@ -211,6 +209,11 @@ class StepTimer:
                                       secs(backward_end, end), alone, alone, None if loss is None else loss / divisor,
                                       started_at))
         return records, first_diverged(records)
+
+
+def _wall_offset() -> float:
+    """Unix time less the host clock's (``time.perf_counter``) reading now."""
+    return time.time() - time.perf_counter()
 
 
 def read_losses(losses: list[Any]) -> list[float | None]:
