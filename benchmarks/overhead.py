@@ -1,17 +1,17 @@
 """Overhead of dtpo.Session over a plain loop: its own CPU time per step, counted, and the paired wall ratio.
 
-First, the Session's bookkeeping, read from its own counter (:mod:`dtpo.session.loop.bookkeeping`: the thread's CPU
-time inside the Session's code on the measured steps it counts, the user's work left out), in one process on small
-models (less the counter's own share of each stretch, which it times in place as a profiler calibrates itself; the
-raw figure beside it): Linear(8, 4) (2 parameter tensors, little work between the Session's calls) and
-``--deep-layers`` Linear(8, 8) (many tensors), both judged against at most 30 us per step plus 0.5 us per parameter
-tensor, on the mean over every counted step of blocks of steps (window ends and flushes included); and a diagnostic,
-2 x Linear(512, 512) (4 tensors, about as much work between the calls as the many-tensor model), not judged, which
-shows how much of a cost comes from the work between the calls (caches and predictors gone cold) rather than from
-the tensors (one process has no DDP: the gradient-ready stamp DDP runs, on one parameter tensor once it learned
-which comes last, is in the wall ratio below, not in the counter). Next to them the mean over the whole run (what
-the record keeps) and, for context, the difference of the process CPU time of the Session loop and a plain loop in
-paired blocks (the old measure).
+First, the Session's bookkeeping, read from its own counter (:mod:`dtpo.session.loop.bookkeeping`: the thread's CPU time
+inside the Session's code on the measured steps it counts, the user's work left out; here one step in four, where a
+Session counts one in 16), in one process on small models (less the counter's own share of each stretch, which it times
+in place as a profiler calibrates itself; the raw figure beside it): Linear(8, 4) (2 parameter tensors, little work
+between the Session's calls) and ``--deep-layers`` Linear(8, 8) (many tensors), both judged against at most 30 us per
+step plus 0.5 us per parameter tensor, on the mean over every counted step of blocks of steps (window ends and flushes
+included); and a diagnostic, 2 x Linear(512, 512) (4 tensors, about as much work between the calls as the many-tensor
+model), not judged, which shows how much of a cost comes from the work between the calls (caches and predictors gone
+cold) rather than from the tensors (one process has no DDP: the gradient-ready stamp DDP runs, on one parameter tensor
+once it learned which comes last, is in the wall ratio below, not in the counter). Next to them the mean over the whole
+run (what the record keeps) and, for context, the difference of the process CPU time of the Session loop and a plain
+loop in paired blocks (the old measure).
 
 Then the paired wall ratio, ``--runs`` times, each with fresh processes: two gloo ranks train three copies of the
 same model on the same data: a plain DDP loop (the reference), a second plain DDP loop (the A/A control: its ratio
@@ -66,11 +66,13 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import dtpo
+from dtpo.session.loop.bookkeeping import BookkeepingCounter
 
 GOAL = 1.01
 BOOKKEEPING_GOAL_US = 30.0  # per step
 BOOKKEEPING_GOAL_PER_TENSOR_US = 0.5  # per parameter tensor
 LOOPS = ("plain", "plain-aa", "dtpo")
+BOOKKEEPING_SAMPLE_ONE_IN = 4  # the counter's sampling in the one-process measurement (the Session's default: 16)
 
 
 def make_model(width: int) -> nn.Module:
@@ -149,6 +151,9 @@ def bookkeeping_of(layers: int, width: int, args: argparse.Namespace, run_dir: P
     """The Session's counter over blocks of steps of a small model, in paired blocks with the same plain loop."""
     session = dtpo.Session(progress=False, summary=False, run_dir=run_dir, flush_every=10**9,
                            energy=_energy(args), count_flops=False)
+    # one step in four counted (and one calibrating) rather than the default one in 16: a tighter interval from the
+    # same steps; the counter's own share is taken off either way
+    session.bookkeeping = BookkeepingCounter(sample_one_in=BOOKKEEPING_SAMPLE_ONE_IN)
     model = session.wrap(small_model(layers, width))
     tensors = sum(1 for p in model.parameters() if p.requires_grad)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)

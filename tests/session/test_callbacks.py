@@ -171,6 +171,7 @@ def test_precision_and_accumulation_switched_between_steps_apply_from_the_next_s
     session = _session(tmp_path, warmup_steps=0, callbacks=[SwitchAt(2, precision="bf16-mixed", grad_accum=2)])
     probe = Probe()
     model = session.wrap(probe)
+    assert "forward" not in vars(model)  # in 32-true the model's own forward runs, with no wrapper around it
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for x, y in session.batches(_data(), steps=5):
         out = model(x)

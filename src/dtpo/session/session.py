@@ -215,7 +215,8 @@ class Session(BetweenSteps, StreamProducer):
         model = wrap_model(module, self.ctx, cfg.strategy, self.comm, compression=cfg.compression,
                            powersgd_rank=cfg.powersgd_rank)
         switches = self._switches
-        cast_forward(model, lambda: switches.precision)
+        # the forward under autocast once a mixed precision is in force (at once, or at the first switch to one)
+        switches.when_autocast(lambda: cast_forward(model, lambda: switches.precision))
         trainable = [p for p in module.parameters() if p.requires_grad]
         self.lifecycle.rank.model = {
             "parameters": sum(p.numel() for p in trainable),
@@ -364,7 +365,11 @@ class Session(BetweenSteps, StreamProducer):
                 scaled = scaled * self.batch_shares.loss_weight  # DDP's mean over ranks: the global batch's mean
             if counting:
                 bookkeeping.leave()
-            switches.precision.backward(scaled)
+            precision = switches.precision
+            if precision.scaler is None:  # Precision.backward's case without a gradient scaler, a call less
+                scaled.backward()
+            else:
+                precision.backward(scaled)
         finally:
             if counting:
                 bookkeeping.enter()
@@ -416,11 +421,15 @@ class Session(BetweenSteps, StreamProducer):
             precision.unscale(optimizer)
             assert self._model is not None
             torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_grad_norm)
-        precision.optimizer_step(optimizer)
+        if precision.scaler is None:  # Precision.optimizer_step's case without a gradient scaler, a call less
+            optimizer.step()
+        else:
+            precision.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
         clock = self._clock
         end = clock.mark()
-        clock.settle()  # the wait for the device: the step's work, not bookkeeping
+        if not self._on_host:  # nothing to wait for on the host
+            clock.settle()  # the wait for the device: the step's work, not bookkeeping
         if counting:
             bookkeeping.enter()
         # the step's end, written out (a call costs here, with the caches cold): its record now or with its window

@@ -55,10 +55,11 @@ def test_warm_up_steps_are_never_counted() -> None:
     assert (counter.total_ns, counter.steps) == (3, 1)
 
 
-@pytest.mark.parametrize("period", [2, 3, 4, 10, 50])
-def test_one_step_in_four_is_counted_whatever_the_period_of_a_kind_of_step(period: int) -> None:
-    counter = BookkeepingCounter(FakeClock())
-    assert counter.sample_one_in == SAMPLE_ONE_IN == 4
+@pytest.mark.parametrize("sample_one_in", [SAMPLE_ONE_IN, 4])
+@pytest.mark.parametrize("period", [2, 3, 4, 10, 16, 50])
+def test_one_step_in_n_is_counted_whatever_the_period_of_a_kind_of_step(period: int, sample_one_in: int) -> None:
+    counter = BookkeepingCounter(FakeClock(), sample_one_in=sample_one_in)
+    share = 1 / sample_one_in
     for phase in range(period):  # e.g. the window ends: every 10th step from some first one
         steps = range(phase, phase + period * 4000, period)
         counted = 0
@@ -67,8 +68,12 @@ def test_one_step_in_four_is_counted_whatever_the_period_of_a_kind_of_step(perio
             counter.begin_step(step)
             counted += counter.counting and not counter.calibrating
             calibrating += counter.calibrating
-        assert counted / len(steps) == pytest.approx(0.25, abs=0.02)
-        assert calibrating / len(steps) == pytest.approx(0.25, abs=0.02)  # never a counted one
+        assert counted / len(steps) == pytest.approx(share, abs=0.1 * share)
+        assert calibrating / len(steps) == pytest.approx(share, abs=0.1 * share)  # never a counted one
+
+
+def test_by_default_one_step_in_sixteen_is_counted() -> None:
+    assert BookkeepingCounter(FakeClock()).sample_one_in == SAMPLE_ONE_IN == 16
 
 
 def test_a_step_neither_counted_nor_calibrating_reads_no_clock() -> None:
@@ -88,7 +93,8 @@ def test_a_step_neither_counted_nor_calibrating_reads_no_clock() -> None:
         calibrating += counter.calibrating
         assert reads - before == (2 if counter.calibrating else 1 if counter.counting else 0)
     # begin_step opens a stretch on counted steps, times an empty one on calibrating steps, and reads nothing else
-    assert 0 < counted < 400 and calibrating == pytest.approx(100, abs=8) and reads == counted + 2 * calibrating
+    assert 0 < counted < 400 and calibrating == pytest.approx(400 / SAMPLE_ONE_IN, rel=0.1)
+    assert reads == counted + 2 * calibrating
 
 
 class TickingClock(FakeClock):

@@ -86,3 +86,23 @@ def test_the_values_a_window_records_are_those_of_the_current_switches() -> None
     assert switches.values() == {"precision": "bf16-mixed", "grad_accum": 3, "compression": "fp16"}
     assert list(switches.values()) == list(switches.current())
     assert _switches().values()["compression"] == "none"  # no DDP communication: nothing compressed
+
+
+def test_the_autocast_hook_runs_once_when_a_mixed_precision_first_comes_in_force() -> None:
+    calls: list[str] = []
+    switches = _switches()
+    switches.when_autocast(lambda: calls.append(switches.precision.name))
+    switches.set_grad_accum(2, 1)
+    assert calls == []  # 32-true: nothing to install
+    with switches.trying("bf16-mixed", "none", 1):  # a probe in a mixed precision needs it too
+        assert calls == ["bf16-mixed"]
+    switches.set_precision("16-mixed", 3)
+    switches.set_precision("32-true", 4)
+    switches.set_precision("bf16-mixed", 5)
+    assert calls == ["bf16-mixed"]  # once: what it installs follows the precision itself
+
+
+def test_the_autocast_hook_runs_at_once_when_the_run_starts_mixed() -> None:
+    calls: list[int] = []
+    _switches(precision="bf16-mixed").when_autocast(lambda: calls.append(1))
+    assert calls == [1]

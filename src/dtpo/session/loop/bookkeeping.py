@@ -6,13 +6,13 @@ code a step runs: the Session's entry points as the training loop calls them (th
 with them the step stream's dispatch to every callback. The user's loop body and the work dtpo hands to torch
 are left out, and so are the warm-up steps (FLOP counting, ``on_train_start``): only measured steps are counted.
 
-Left out as well: the gradient-ready stamp DDP runs inside autograd's backward
-(:mod:`dtpo.distributed.comm_timing`: a timestamp and a count, on one parameter once it has learned which
-gradient comes last, on every parameter for a couple of backwards before), since reading the clock around it
-would cost more than the stamp itself, and the forward wrapper of :meth:`~dtpo.session.session.Session.wrap`
-(one check). Not dtpo's either: freeing the loss's autograd graph (about a microsecond per node when caches are
-cold). The Session keeps only a detached copy of the loss, so the graph dies where the loop lets go of the loss,
-as in a plain loop, rather than inside the Session's code when it would drop its reference at the step's end.
+Left out as well: the gradient-ready stamp DDP runs inside autograd's backward (:mod:`dtpo.distributed.comm_timing`: a
+timestamp and a count, on one parameter once it has learned which gradient comes last, on every parameter for a couple
+of backwards before), since reading the clock around it would cost more than the stamp itself, and the forward wrapper
+of :meth:`~dtpo.session.session.Session.wrap` (one check, and only once a mixed precision has been in force: until then
+the model's forward is its own). Not dtpo's either: freeing the loss's autograd graph (about a microsecond per node when
+caches are cold). The Session keeps only a detached copy of the loss, so the graph dies where the loop lets go of the
+loss, as in a plain loop, rather than inside the Session's code when it would drop its reference at the step's end.
 
 What is counted runs right after the model's work, with the caches cold: the same code costs two to five times
 what it costs in a tight loop (``benchmarks/overhead.py`` shows it with a diagnostic model), so the Session's
@@ -37,11 +37,14 @@ they run: the batch's size (``count_samples``: the leading size of a tuple's fir
 ``tolist`` used. A window's end builds its records in one loop that also tells whether any loss is not finite.
 
 Reading the thread's CPU clock is a system call (about 0.3 us in a tight loop here, nearer 0.8 us between the steps'
-own work), and a step has six stretches: reading it around all of them on every step would cost about a third of
-what it measures. So the counter reads it on one step in :data:`SAMPLE_ONE_IN` (and on another, to calibrate itself,
-below), chosen by a multiplicative hash of the step's index, which meets every kind of step (window ends, flushes,
+own work, more with the kernel's caches cold), and a step has six stretches: reading it around all of them on every
+step, with a call to the counter at each end, would cost about a third of what it measures, and that cost is dtpo's
+too. So the counter reads it on one step in :data:`SAMPLE_ONE_IN` (and on another, to calibrate itself, below),
+chosen by a multiplicative hash of the step's index, which meets every kind of step (window ends, flushes,
 checkpoints, whatever their period) in proportion; :attr:`BookkeepingCounter.raw_seconds_per_step` is the mean over
-those steps.
+those steps. One in 16 keeps the counter's own calls and reads to one step in eight on average (a few
+microseconds a step under DDP, where one in four spent about four times that), and still counts 60 steps in a
+thousand; ``benchmarks/overhead.py``, which wants a tight interval from a few thousand steps, counts one in four.
 
 Each stretch still holds part of the counter's own two reads: what the first does after it sampled the clock (the
 return from the kernel, the integer it builds) and what the second does before it samples it. With the caches cold
@@ -65,7 +68,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-SAMPLE_ONE_IN = 4  # steps per counted step
+SAMPLE_ONE_IN = 16  # steps per counted step (and per calibrating step)
 CALIBRATION_SAMPLES = 256  # the latest empty stretches at a place the counter's own cost there is the median of
 PLACES = 16  # the places in a step calibrated apart (later stretches, with many micro-batches, share the last)
 _GOLDEN = 0x9E3779B9  # 2**32 / the golden ratio: Fibonacci hashing spreads any arithmetic progression of steps
@@ -119,9 +122,9 @@ class BookkeepingCounter:
         """
         # the step's place among 2**32 by a multiplicative hash: counted in the lowest 1/sample_one_in of them, and
         # calibrating on the next 1/sample_one_in
-        quarter = ((step * _GOLDEN) & 0xFFFFFFFF) * self.sample_one_in >> 32
-        counted = quarter == 0 and not warmup
-        self.calibrating = calibrating = quarter == 1 and not warmup
+        slot = ((step * _GOLDEN) & 0xFFFFFFFF) * self.sample_one_in >> 32
+        counted = slot == 0 and not warmup
+        self.calibrating = calibrating = slot == 1 and not warmup
         self.counting = counted or calibrating
         self._place = 0
         if counted:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +76,25 @@ class Switches:
         self.grad_accum = config.grad_accum
         self.loader_batches = config.grad_accum
         self.log: list[dict[str, Any]] = []
+        self._on_autocast: Callable[[], None] | None = None  # see when_autocast()
+
+    def when_autocast(self, install: Callable[[], None]) -> None:
+        """Call ``install`` once, as soon as a precision that autocasts is in force: now, or when the first is set
+        (a switch or a probe). The Session installs its forward wrapper so (:func:`~dtpo.session.loop.precision.
+        cast_forward`): a run that stays in ``32-true`` calls no wrapper at each forward."""
+        self._on_autocast = install
+        self._check_autocast()
+
+    def _use(self, precision: Precision) -> None:
+        """Put ``precision`` in force."""
+        self.precision = precision
+        self._check_autocast()
+
+    def _check_autocast(self) -> None:
+        install = self._on_autocast
+        if install is not None and self.precision.autocast_dtype is not None:
+            self._on_autocast = None
+            install()
 
     def current(self) -> dict[str, Switch]:
         """The settings a tuner may change, by name, with whether each changes numerics."""
@@ -99,7 +118,7 @@ class Switches:
         """Train in precision ``name`` from optimizer step ``step`` on (a new gradient scaler for ``16-mixed``)."""
         if name == self.precision.name:
             return
-        self.precision = Precision(name, self.device)
+        self._use(Precision(name, self.device))
         self._note(step, "precision", name)
 
     def set_grad_accum(self, micro_batches: int, step: int, *, keep_global_batch: bool = False) -> None:
@@ -146,7 +165,7 @@ class Switches:
         comm = self.comm
         saved_comm = (comm.compression, comm.powersgd_rank) if comm is not None else None
         try:
-            self.precision = Precision(precision, self.device)
+            self._use(Precision(precision, self.device))
             if comm is not None:
                 comm.set_compression(compression, powersgd_rank, error_feedback=error_feedback)
             yield
