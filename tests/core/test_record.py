@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import stat
@@ -220,3 +221,12 @@ def test_tokens_are_kept_where_counted_and_left_out_of_the_record_otherwise() ->
     assert "tokens" not in steps[0] and steps[1]["tokens"] == 512
     again = RankRecord.from_dict(rank.to_dict())
     assert [s.tokens for s in again.steps] == [None, 512]
+
+
+def test_a_step_records_dict_holds_every_field_and_tokens_only_where_counted() -> None:
+    names = {f.name for f in dataclasses.fields(StepRecord)}
+    step = StepRecord(3, False, 8, 0.5, 0.1, 0.3, 0.05, 0.05, loss=1.5, started_at=100.0)
+    assert set(step.to_dict()) == names - {"tokens"}
+    step.tokens = 512
+    assert set(step.to_dict()) == names and step.to_dict()["tokens"] == 512
+    assert StepRecord.from_dict(step.to_dict()) == step
