@@ -8,9 +8,10 @@ counter (:mod:`dtpo.session.loop.bookkeeping`) marks, on every measured step: in
 instruction and data misses, and misses of a second level sized as this machine's L2 (512 KiB by default: after a
 step's model work the Session's code and data are mostly out of it, which is most of what a step of dtpo costs).
 The partial record's flush every 30 s of wall time is off (under valgrind, 50 times slower, it would land every few
-dozen steps, where a real run spreads it over thousands). The simulation is deterministic: two runs of the same
-code differ by about 1 % (the sampler thread's timing), so a change of a few percent shows in one run, where the
-CPU-time benchmark needs many.
+dozen steps, where a real run spreads it over thousands). The simulation is deterministic, but the sampler thread's
+timing is not: two runs of nearly the same code differed by 1 to 5 % (Linear(8, 4) moved by 1.5 thousand
+instructions a step in one direction while the 32-layer model moved by 0.5 thousand in the other), so a change
+shows in one run once it is larger than that, and in a few runs below it, where the CPU-time benchmark needs many.
 
 The collection is switched on and off by callgrind's client requests (a five-line C helper compiled here with the
 system's ``gcc`` and valgrind's ``callgrind.h``), each costing some instructions of its own inside the stretch;

@@ -80,8 +80,9 @@ class Switches:
 
     def when_autocast(self, install: Callable[[], None]) -> None:
         """Call ``install`` once, as soon as a precision that autocasts is in force: now, or when the first is set
-        (a switch or a probe). The Session installs its forward wrapper so (:func:`~dtpo.session.loop.precision.
-        cast_forward`): a run that stays in ``32-true`` calls no wrapper at each forward."""
+        (a switch or a probe). The Session installs its forward wrapper so
+        (:func:`~dtpo.session.loop.precision.cast_forward`): a run that stays in ``32-true`` calls no wrapper at each
+        forward."""
         self._on_autocast = install
         self._check_autocast()
 
