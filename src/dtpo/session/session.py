@@ -365,11 +365,7 @@ class Session(BetweenSteps, StreamProducer):
                 scaled = scaled * self.batch_shares.loss_weight  # DDP's mean over ranks: the global batch's mean
             if counting:
                 bookkeeping.leave()
-            precision = switches.precision
-            if precision.scaler is None:  # Precision.backward's case without a gradient scaler, a call less
-                scaled.backward()
-            else:
-                precision.backward(scaled)
+            switches.precision.backward(scaled)
         finally:
             if counting:
                 bookkeeping.enter()
@@ -421,15 +417,11 @@ class Session(BetweenSteps, StreamProducer):
             precision.unscale(optimizer)
             assert self._model is not None
             torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_grad_norm)
-        if precision.scaler is None:  # Precision.optimizer_step's case without a gradient scaler, a call less
-            optimizer.step()
-        else:
-            precision.optimizer_step(optimizer)
+        precision.optimizer_step(optimizer)
         optimizer.zero_grad(set_to_none=True)
         clock = self._clock
         end = clock.mark()
-        if not self._on_host:  # nothing to wait for on the host
-            clock.settle()  # the wait for the device: the step's work, not bookkeeping
+        clock.settle()  # the wait for the device: the step's work, not bookkeeping
         if counting:
             bookkeeping.enter()
         # the step's end, written out (a call costs here, with the caches cold): its record now or with its window

@@ -84,16 +84,13 @@ class Switches:
         (:func:`~dtpo.session.loop.precision.cast_forward`): a run that stays in ``32-true`` calls no wrapper at each
         forward."""
         self._on_autocast = install
-        self._check_autocast()
+        self._use(self.precision)
 
     def _use(self, precision: Precision) -> None:
-        """Put ``precision`` in force."""
+        """Put ``precision`` in force (and call the autocast hook if it is the first that autocasts)."""
         self.precision = precision
-        self._check_autocast()
-
-    def _check_autocast(self) -> None:
         install = self._on_autocast
-        if install is not None and self.precision.autocast_dtype is not None:
+        if install is not None and precision.autocast_dtype is not None:
             self._on_autocast = None
             install()
 
